@@ -30,14 +30,20 @@ class ConfigProblem:
 
     Attributes:
         variables: The variables involved, e.g. ``("WORLD_SIZE", "NUM_NODES", "NUM_TRAINERS")``.
-        message: What is wrong and how to fix it, naming the variables and their values.
+        message: What is wrong, naming the variables and their values, e.g.
+            ``"WORLD_SIZE='abc': expected a decimal integer"``.
+        fix: What to do about it, e.g. ``"export WORLD_SIZE=16"``; may be empty.
+        code: Stable identifier of the rule (the ``doctor`` finding code), e.g.
+            ``"config-world-size"``.
     """
 
     variables: tuple[str, ...]
     message: str
+    fix: str = ""
+    code: str = "config-invalid"
 
     def __str__(self) -> str:
-        return self.message
+        return f"{self.message}; {self.fix}" if self.fix else self.message
 
 
 class ConfigError(ClusterEnvError, ValueError):
@@ -58,9 +64,9 @@ class ConfigError(ClusterEnvError, ValueError):
     def _render(self) -> str:
         where = f" (source: {self.source})" if self.source else ""
         if len(self.problems) == 1:
-            return f"invalid cluster environment{where}: {self.problems[0].message}"
+            return f"invalid cluster environment{where}: {self.problems[0]}"
         lines = [f"invalid cluster environment{where}: {len(self.problems)} problems"]
-        lines.extend(f"  - {p.message}" for p in self.problems)
+        lines.extend(f"  - {p}" for p in self.problems)
         return "\n".join(lines)
 
     @property

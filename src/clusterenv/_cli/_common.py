@@ -1,0 +1,104 @@
+"""Helpers shared by the CLI verbs: common options, the host to read, and output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TextIO
+
+from clusterenv._jsonable import to_jsonable
+from clusterenv._root import Root
+from clusterenv.findings import Finding, sort_findings
+
+__all__ = [
+    "add_json",
+    "add_root",
+    "emit_json",
+    "host_context",
+    "render_findings",
+    "style",
+    "table",
+]
+
+
+def add_root(parser: argparse.ArgumentParser) -> None:
+    """``--root DIR``: read a host snapshot instead of this host."""
+    parser.add_argument(
+        "--root",
+        metavar="DIR",
+        default=None,
+        help="read a host snapshot (made by `clusterenv capture`) instead of this host; its "
+        "recorded environment is used when it has one",
+    )
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    """``--json``: one JSON object on stdout, nothing else."""
+    parser.add_argument("--json", action="store_true", help="print one JSON object, nothing else")
+
+
+def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
+    """The environment and root a verb reads: the snapshot's (with its recorded environment)
+    under ``--root``, else this process's environment and ``/``."""
+    root_dir = getattr(args, "root", None)
+    root = Root(root_dir or "/")
+    if root_dir is not None:
+        recorded = root.recorded_environ()
+        if recorded is not None:
+            return recorded, root
+    return dict(os.environ), root
+
+
+def emit_json(data: Any, stream: TextIO | None = None) -> None:
+    """Print ``data`` as indented JSON (dataclasses and models become objects)."""
+    out = stream or sys.stdout
+    out.write(json.dumps(to_jsonable(data), indent=2) + "\n")
+
+
+_COLOURS = {"red": "31", "yellow": "33", "green": "32", "blue": "34", "bold": "1", "dim": "2"}
+
+
+def style(text: str, colour: str, stream: TextIO | None = None) -> str:
+    """``text`` in ``colour`` when writing to a terminal and ``NO_COLOR`` is unset."""
+    out = stream or sys.stdout
+    if os.environ.get("NO_COLOR") or not getattr(out, "isatty", lambda: False)():
+        return text
+    return f"\033[{_COLOURS[colour]}m{text}\033[0m"
+
+
+def table(rows: Iterable[Sequence[object]], headers: Sequence[str]) -> str:
+    """A plain-text table with aligned columns."""
+    body = [[("-" if cell is None else str(cell)) for cell in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in body:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = ["  ".join(h.ljust(widths[i]) for i, h in enumerate(headers)).rstrip()]
+    lines.extend("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in body)
+    return "\n".join(lines)
+
+
+_SEVERITY_COLOUR = {"error": "red", "warning": "yellow", "info": "blue"}
+
+
+def render_findings(findings: Iterable[Finding], stream: TextIO | None = None) -> str:
+    """Findings for people: severity and code, title, evidence and fix, errors first."""
+    ordered = sort_findings(findings)
+    if not ordered:
+        return style("no problems found", "green", stream)
+    blocks = []
+    for f in ordered:
+        head = style(f"{f.severity.upper():7}", _SEVERITY_COLOUR[f.severity], stream)
+        lines = [f"{head} [{f.code}] {f.title}"]
+        lines.extend(f"        evidence: {item}" for item in f.evidence)
+        if f.fix:
+            lines.append(f"        fix: {f.fix}")
+        blocks.append("\n".join(lines))
+    counts: Mapping[str, int] = {
+        s: sum(1 for f in ordered if f.severity == s) for s in ("error", "warning", "info")
+    }
+    summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
+    return "\n".join(blocks) + "\n\n" + summary

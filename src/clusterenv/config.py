@@ -1,0 +1,300 @@
+"""The node-level cluster contract (:class:`ClusterConfig`) and the worker's :class:`ProcessContext`.
+
+A *node* context exists before any launcher runs: where the primary is, which node this is, how
+many nodes and processes per node. A *process* context exists only inside a worker that torchrun
+(or a launcher like it) started: its global and local rank. Runpod's ``WORLD_SIZE`` and
+``NODE_RANK`` are node-level; torchrun's ``RANK`` and ``LOCAL_RANK`` are per process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clusterenv._root import Root, as_root
+from clusterenv.errors import ConfigError, ConfigProblem
+from clusterenv.findings import Finding
+from clusterenv.sources import SOURCE_NAMES, SOURCES, Reading, Source, source_named
+from clusterenv.sources._base import EnvReader, format_host_port, is_loopback_host
+
+__all__ = ["ClusterConfig", "ConfigCheck", "ProcessContext", "check_config"]
+
+
+class ProcessContext(BaseModel):
+    """Where this process sits in the job; only inside a launched worker.
+
+    Attributes:
+        rank: Global rank of this process, e.g. ``9``.
+        local_rank: Rank on this node, e.g. ``1`` (the GPU index it should use).
+        local_world_size: Processes on this node, e.g. ``8``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rank: int = Field(ge=0, description="Global rank of this process, e.g. 9.")
+    local_rank: int = Field(ge=0, description="Rank on this node, e.g. 1.")
+    local_world_size: int = Field(ge=1, description="Processes on this node, e.g. 8.")
+
+
+class ClusterConfig(BaseModel):
+    """The validated node-level cluster contract.
+
+    Build it with :meth:`from_env`. Attributes:
+
+        source: Which environment matched: ``"torchelastic"``, ``"runpod"``, ``"generic"``
+            or ``"local"``.
+        primary_addr: Rendezvous address as given (brackets removed), e.g. ``"10.65.0.2"``.
+        primary_port: Rendezvous port, e.g. ``29500``.
+        node_addr: This node's cluster IP, e.g. ``"10.65.0.3"``; None when the source has none.
+        node_rank: This node's index, ``0`` on the primary.
+        num_nodes: Number of nodes, e.g. ``2``.
+        num_trainers: Processes (GPUs) per node, e.g. ``8``.
+        world_size: Processes in the job, ``num_nodes * num_trainers``, e.g. ``16``.
+        process: The worker's ranks when running inside a launched worker, else None.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field(description="Which environment source matched, e.g. 'runpod'.")
+    primary_addr: str = Field(description="Rendezvous address, e.g. '10.65.0.2'.")
+    primary_port: int = Field(ge=1, le=65535, description="Rendezvous port, e.g. 29500.")
+    node_addr: str | None = Field(default=None, description="This node's cluster IP.")
+    node_rank: int = Field(ge=0, description="This node's index, 0 on the primary.")
+    num_nodes: int = Field(ge=1, description="Number of nodes, e.g. 2.")
+    num_trainers: int = Field(ge=1, description="Processes (GPUs) per node, e.g. 8.")
+    world_size: int = Field(ge=1, description="Processes in the job, e.g. 16.")
+    process: ProcessContext | None = Field(
+        default=None, description="The worker's ranks inside a launched worker."
+    )
+
+    #: Derived properties included in JSON output.
+    __json_extra__ = ("host_node_addr", "is_primary", "is_multi_node")
+
+    @property
+    def host_node_addr(self) -> str:
+        """``primary_addr:primary_port``, IPv6 in brackets, e.g. ``"[fd00::2]:29500"``."""
+        return format_host_port(self.primary_addr, self.primary_port)
+
+    @property
+    def is_primary(self) -> bool:
+        """Whether this node is the primary (``node_rank == 0``)."""
+        return self.node_rank == 0
+
+    @property
+    def is_multi_node(self) -> bool:
+        """Whether the job spans more than one node."""
+        return self.num_nodes > 1
+
+    @property
+    def global_ranks(self) -> range:
+        """The global ranks of the processes on this node, e.g. ``range(8, 16)`` on node 1."""
+        start = self.node_rank * self.num_trainers
+        return range(start, start + self.num_trainers)
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        source: str | None = None,
+        root: Root | str | os.PathLike[str] = "/",
+    ) -> ClusterConfig:
+        """Read and validate the cluster contract from an environment.
+
+        Args:
+            environ: The variables to read; None reads ``os.environ`` at call time.
+            source: Force a source by name instead of detecting it (``"runpod"``, …).
+            root: Filesystem root used to count GPUs for the defaults (``/`` or a snapshot).
+
+        Returns:
+            The validated config.
+
+        Raises:
+            ConfigError: With every problem found, each naming the variables, values and fix.
+        """
+        check = check_config(environ, source=source, root=root)
+        if check.config is None:
+            raise ConfigError(check.problems, source=check.source)
+        return check.config
+
+    def to_env(self) -> dict[str, str]:
+        """The canonical contract as variables, in both ``PRIMARY_*`` and ``MASTER_*`` spellings."""
+        env = {
+            "PRIMARY_ADDR": self.primary_addr,
+            "MASTER_ADDR": self.primary_addr,
+            "PRIMARY_PORT": str(self.primary_port),
+            "MASTER_PORT": str(self.primary_port),
+            "HOST_NODE_ADDR": self.host_node_addr,
+            "NODE_RANK": str(self.node_rank),
+            "NUM_NODES": str(self.num_nodes),
+            "NUM_TRAINERS": str(self.num_trainers),
+            "WORLD_SIZE": str(self.world_size),
+        }
+        if self.node_addr is not None:
+            env["NODE_ADDR"] = self.node_addr
+        return env
+
+    def torchrun_args(self, *, nproc_per_node: int | None = None) -> list[str]:
+        """torchrun arguments for this node: a static rendezvous on the primary's address.
+
+        Args:
+            nproc_per_node: Processes to start on this node; ``num_trainers`` by default.
+
+        Returns:
+            e.g. ``["--nnodes=2", "--nproc-per-node=8", "--node-rank=0",
+            "--rdzv-backend=static", "--master-addr=10.65.0.2", "--master-port=29500"]``.
+        """
+        nproc = self.num_trainers if nproc_per_node is None else nproc_per_node
+        return [
+            f"--nnodes={self.num_nodes}",
+            f"--nproc-per-node={nproc}",
+            f"--node-rank={self.node_rank}",
+            "--rdzv-backend=static",
+            f"--master-addr={self.primary_addr}",
+            f"--master-port={self.primary_port}",
+        ]
+
+
+@dataclass(frozen=True)
+class ConfigCheck:
+    """The outcome of reading the environment, for ``doctor``: never raises.
+
+    Attributes:
+        source: The source that matched (or was forced).
+        config: The config, or None when there were problems.
+        problems: Every problem (each becomes an error finding).
+        notes: Findings that are not errors (worker cross-checks).
+        values: The values of the variables the problems name, as read.
+    """
+
+    source: str
+    config: ClusterConfig | None
+    problems: tuple[ConfigProblem, ...]
+    notes: tuple[Finding, ...]
+    #: The values of the variables the problems name, as read.
+    values: Mapping[str, str] = field(default_factory=dict)
+
+    def findings(self) -> list[Finding]:
+        """Problems as error findings, followed by the notes."""
+        out = [
+            Finding(
+                p.code,
+                "error",
+                p.message,
+                (f"source: {self.source}",)
+                + tuple(
+                    f"{name}={self.values[name]!r}" if name in self.values else f"{name} is unset"
+                    for name in p.variables
+                ),
+                p.fix,
+            )
+            for p in self.problems
+        ]
+        out.extend(self.notes)
+        return out
+
+
+def check_config(
+    environ: Mapping[str, str] | None = None,
+    *,
+    source: str | None = None,
+    root: Root | str | os.PathLike[str] = "/",
+) -> ConfigCheck:
+    """Read the environment like :meth:`ClusterConfig.from_env`, returning problems as data."""
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    chosen = _choose_source(env, source)
+    if chosen is None:
+        problem = ConfigProblem(
+            (),
+            f"unknown source {source!r}",
+            f"use one of: {', '.join(SOURCE_NAMES)}",
+            "config-unknown-source",
+        )
+        return ConfigCheck(str(source), None, (problem,), ())
+    reading = chosen.read(env, as_root(root))
+    _validate_common(env, reading)
+    config = None
+    if not reading.problems:
+        config = _build(chosen.name, reading)
+    named = {name for p in reading.problems for name in p.variables}
+    values = {name: env[name] for name in sorted(named) if name in env}
+    return ConfigCheck(
+        chosen.name, config, tuple(reading.problems), tuple(reading.notes), values
+    )
+
+
+def _choose_source(environ: Mapping[str, str], forced: str | None) -> Source | None:
+    if forced is not None:
+        return source_named(forced)
+    return next(s for s in SOURCES if s.matches(environ))
+
+
+def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
+    """The rules every source shares (DESIGN §4.1)."""
+    env = EnvReader(environ, reading)
+    fields = reading.fields
+    rank, nodes, trainers = fields.get("node_rank"), fields.get("num_nodes"), fields.get(
+        "num_trainers"
+    )
+    if isinstance(rank, int) and isinstance(nodes, int) and rank >= nodes:
+        env.problem(
+            ("NODE_RANK", "NUM_NODES"),
+            f"NODE_RANK={rank} is outside [0, NUM_NODES={nodes}): ranks count from 0",
+            f"give each node a distinct NODE_RANK from 0 to {nodes - 1}",
+            "config-node-rank",
+        )
+    world_text = reading.raw.get("WORLD_SIZE")
+    if world_text is not None and isinstance(nodes, int) and isinstance(trainers, int):
+        world = env.parse_int(
+            "WORLD_SIZE", world_text, what="the number of processes", example=str(nodes * trainers),
+            minimum=1,
+        )
+        if world is not None and world != nodes * trainers:
+            env.problem(
+                ("WORLD_SIZE", "NUM_NODES", "NUM_TRAINERS"),
+                f"WORLD_SIZE={world} != NUM_NODES*NUM_TRAINERS={nodes}*{trainers}="
+                f"{nodes * trainers}: WORLD_SIZE counts processes (GPUs in the job), not nodes",
+                f"export WORLD_SIZE={nodes * trainers}, and pass the node count as --nnodes",
+                "config-world-size",
+            )
+    primary = fields.get("primary_addr")
+    if isinstance(primary, str) and isinstance(nodes, int) and nodes > 1 and is_loopback_host(
+        primary
+    ):
+        names = ("PRIMARY_ADDR", "MASTER_ADDR") if environ.get("PRIMARY_ADDR") else ("MASTER_ADDR",)
+        env.problem(
+            names,
+            f"{names[0]}={primary} is a loopback address but NUM_NODES={nodes}: other nodes "
+            "cannot reach it and the rendezvous hangs",
+            f"set {names[0]} to the primary node's cluster IP address",
+            "config-loopback-primary",
+        )
+    node_addr = fields.get("node_addr")
+    if isinstance(node_addr, str) and isinstance(nodes, int) and nodes > 1 and is_loopback_host(
+        node_addr
+    ):
+        env.problem(
+            ("NODE_ADDR",),
+            f"NODE_ADDR={node_addr} is a loopback address but NUM_NODES={nodes}",
+            "set NODE_ADDR to this node's cluster IP address",
+            "config-loopback-node",
+        )
+    if "world_size" not in fields and isinstance(nodes, int) and isinstance(trainers, int):
+        fields["world_size"] = nodes * trainers
+
+
+def _build(source: str, reading: Reading) -> ClusterConfig | None:
+    data: dict[str, Any] = {"source": source, **reading.fields}
+    try:
+        return ClusterConfig.model_validate(data)
+    except ValidationError as e:  # a rule above missed something: still report, never leak
+        for error in e.errors():
+            where = ".".join(str(p) for p in error["loc"])
+            reading.problems.append(
+                ConfigProblem((), f"{where}: {error['msg']}", "", "config-invalid")
+            )
+        return None

@@ -1,0 +1,298 @@
+"""What every environment source shares: the ABC and a reader that collects problems.
+
+A source reads the variables of one kind of environment (a torchrun worker, a Runpod Instant
+Cluster, a generic ``MASTER_ADDR`` setup, a laptop) into the fields of a ``ClusterConfig``. It
+never raises on a bad value: every problem is collected so that one ``ConfigError`` can name them
+all, and so that ``doctor`` can show them as findings.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from clusterenv._root import Root
+from clusterenv.errors import ConfigProblem
+from clusterenv.findings import Finding
+
+__all__ = [
+    "DEFAULT_PORT",
+    "EnvReader",
+    "Reading",
+    "Source",
+    "format_host_port",
+    "is_loopback_host",
+    "parse_host",
+    "split_host_port",
+]
+
+#: torchrun's default rendezvous port, used where a source has no port of its own.
+DEFAULT_PORT = 29500
+
+_DECIMAL = re.compile(r"[0-9]+")
+# A DNS name as RFC 1123 allows it; anything else that is not an IP address is refused.
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}\Z)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?"
+)
+_MAX_DIGITS = 9  # ranks, counts and ports never need more; longer values are refused early
+
+
+@dataclass
+class Reading:
+    """What a source read: the config fields, the problems and the cross-check findings."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    problems: list[ConfigProblem] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
+    #: Values as given, for checks that compare spellings (``HOST_NODE_ADDR``).
+    raw: dict[str, str] = field(default_factory=dict)
+
+
+class EnvReader:
+    """Reads typed values from an environment, recording a problem for each bad one."""
+
+    def __init__(self, environ: Mapping[str, str], reading: Reading):
+        self.environ = environ
+        self.reading = reading
+
+    def problem(
+        self, variables: tuple[str, ...], message: str, fix: str = "", code: str = "config-invalid"
+    ) -> None:
+        """Record a problem."""
+        self.reading.problems.append(ConfigProblem(variables, message, fix, code))
+
+    def get(self, name: str) -> str | None:
+        """The value of ``name``, or None when it is unset. An empty value counts as unset."""
+        value = self.environ.get(name)
+        return value if value else None
+
+    def first(self, *names: str) -> tuple[str, str] | tuple[None, None]:
+        """The first of ``names`` that is set, as ``(name, value)``."""
+        for name in names:
+            value = self.get(name)
+            if value is not None:
+                return name, value
+        return None, None
+
+    def aliased(self, *names: str, required: bool, what: str, example: str) -> tuple[str, str] | None:
+        """Read a value that may be spelled several ways (``PRIMARY_ADDR`` / ``MASTER_ADDR``).
+
+        Every spelling that is set must agree; the first is reported as the one used.
+        """
+        present = [(n, v) for n in names if (v := self.get(n)) is not None]
+        if not present:
+            if required:
+                spelled = " or ".join(names)
+                self.problem(
+                    names,
+                    f"{spelled} is not set: {what} is required",
+                    f"export {names[0]}={example}",
+                    "config-missing",
+                )
+            return None
+        name, value = present[0]
+        for other, other_value in present[1:]:
+            if not _same_value(value, other_value):
+                self.problem(
+                    (name, other),
+                    f"{name}={value!r} and {other}={other_value!r} disagree: they are two "
+                    f"spellings of {what} and must be equal",
+                    f"set both to the same value, e.g. export {other}={value}",
+                    "config-alias-mismatch",
+                )
+        return name, value
+
+    def integer(
+        self,
+        *names: str,
+        required: bool,
+        what: str,
+        example: str,
+        minimum: int = 0,
+        maximum: int | None = None,
+    ) -> int | None:
+        """Read a decimal integer (first spelling that is set; all spellings must agree)."""
+        found = self.aliased(*names, required=required, what=what, example=example)
+        if found is None:
+            return None
+        name, value = found
+        return self.parse_int(name, value, what=what, example=example, minimum=minimum, maximum=maximum)
+
+    def parse_int(
+        self,
+        name: str,
+        value: str,
+        *,
+        what: str,
+        example: str,
+        minimum: int = 0,
+        maximum: int | None = None,
+    ) -> int | None:
+        """Parse ``value`` of variable ``name`` as a decimal integer within bounds."""
+        text = value.strip()
+        if not _DECIMAL.fullmatch(text) or not text.isascii():
+            kind = "a non-negative" if minimum <= 0 else "a positive"
+            self.problem(
+                (name,),
+                f"{name}={value!r}: expected {kind} decimal integer ({what}, e.g. {example})",
+                f"export {name}={example}",
+                "config-not-integer",
+            )
+            return None
+        if len(text.lstrip("0")) > _MAX_DIGITS:
+            self.problem(
+                (name,),
+                f"{name}={value!r}: too large for {what}",
+                f"export {name}={example}",
+                "config-out-of-range",
+            )
+            return None
+        number = int(text)
+        if number < minimum or (maximum is not None and number > maximum):
+            bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+            self.problem(
+                (name,),
+                f"{name}={value!r}: {what} must be {bound}",
+                f"export {name}={example}",
+                "config-out-of-range",
+            )
+            return None
+        return number
+
+    def port(self, *names: str, required: bool, default: int | None = None) -> int | None:
+        """Read a TCP port (1-65535)."""
+        found = self.integer(
+            *names,
+            required=required and default is None,
+            what="a TCP port",
+            example=str(DEFAULT_PORT),
+            minimum=1,
+            maximum=65535,
+        )
+        return default if found is None and not self._any_set(names) else found
+
+    def host(self, *names: str, required: bool, what: str, example: str) -> str | None:
+        """Read a host: an IP address (IPv6 with or without brackets) or a DNS name."""
+        found = self.aliased(*names, required=required, what=what, example=example)
+        if found is None:
+            return None
+        name, value = found
+        host = parse_host(value)
+        if host is None:
+            self.problem(
+                (name,),
+                f"{name}={value!r}: expected an IP address or host name ({what})",
+                f"export {name}={example}",
+                "config-bad-address",
+            )
+        return host
+
+    def ip(self, name: str, *, required: bool, what: str, example: str) -> str | None:
+        """Read a variable that must be an IP address (``NODE_ADDR``)."""
+        value = self.get(name)
+        if value is None:
+            if required:
+                self.problem(
+                    (name,), f"{name} is not set: {what} is required", f"export {name}={example}",
+                    "config-missing",
+                )
+            return None
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1]
+        try:
+            return str(ipaddress.ip_address(text))
+        except ValueError:
+            self.problem(
+                (name,),
+                f"{name}={value!r} is not an IP address ({what})",
+                f"export {name}={example} (the address of this node on the cluster network)",
+                "config-bad-address",
+            )
+            return None
+
+    def _any_set(self, names: tuple[str, ...]) -> bool:
+        return any(self.get(n) is not None for n in names)
+
+
+def _same_value(a: str, b: str) -> bool:
+    """Two spellings agree when equal as text, as IP addresses, or as integers."""
+    if a.strip() == b.strip():
+        return True
+    ha, hb = parse_host(a), parse_host(b)
+    if ha is not None and ha == hb:
+        return True
+    a_num, b_num = a.strip(), b.strip()
+    return bool(_DECIMAL.fullmatch(a_num) and _DECIMAL.fullmatch(b_num) and int(a_num) == int(b_num))
+
+
+def parse_host(value: str) -> str | None:
+    """Normalise a host: an IP address (brackets removed, canonical form) or a DNS name.
+
+    Returns None when ``value`` is neither.
+    """
+    text = value.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    if text.isascii() and _HOSTNAME.fullmatch(text) and not text.replace(".", "").isdigit():
+        return text.rstrip(".").lower()
+    return None
+
+
+def split_host_port(value: str) -> tuple[str, int] | None:
+    """Split ``"10.65.0.2:29500"`` or ``"[fd00::2]:29500"`` into host and port; None if garbled."""
+    text = value.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0 or not text[end + 1 :].startswith(":"):
+            return None
+        host_part, port_part = text[1:end], text[end + 2 :]
+    else:
+        host_part, sep, port_part = text.rpartition(":")
+        if not sep or ":" in host_part:
+            return None
+    host = parse_host(host_part)
+    if host is None or not _DECIMAL.fullmatch(port_part) or len(port_part) > 5:
+        return None
+    return host, int(port_part)
+
+
+def format_host_port(host: str, port: int) -> str:
+    """``host:port``, with IPv6 addresses in brackets (``[fd00::2]:29500``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a host is loopback without asking a resolver (``localhost``, 127/8, ``::1``)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        name = host.lower().rstrip(".")
+        return name in {"localhost", "ip6-localhost", "ip6-loopback"} or name.endswith(
+            ".localhost"
+        )
+
+
+class Source(ABC):
+    """One kind of environment: decides whether it matches and reads the config fields."""
+
+    #: The value of ``ClusterConfig.source`` this source produces, e.g. ``"runpod"``.
+    name: ClassVar[str]
+    #: One line for docs and ``show``, e.g. ``"Runpod Instant Cluster"``.
+    description: ClassVar[str]
+
+    @abstractmethod
+    def matches(self, environ: Mapping[str, str]) -> bool:
+        """Whether this environment looks like this source (never raises)."""
+
+    @abstractmethod
+    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+        """Read the config fields, collecting every problem instead of raising."""

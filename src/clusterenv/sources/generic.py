@@ -1,0 +1,107 @@
+"""A generic ``MASTER_ADDR``/``MASTER_PORT`` setup (a scheduler, a script, Kubeflow's ``PET_*``).
+
+Reads ``MASTER_ADDR`` (required), ``MASTER_PORT`` (default 29500, torchrun's), ``NODE_RANK``
+(default 0), ``NUM_NODES`` and ``NUM_TRAINERS`` (or torchrun's ``PET_NNODES``,
+``PET_NODE_RANK``, ``PET_NPROC_PER_NODE``), ``WORLD_SIZE`` and ``NODE_ADDR`` when present.
+Missing counts are derived: processes per node default to the visible GPUs (else 1), and the node
+count to ``WORLD_SIZE`` divided by that when ``WORLD_SIZE`` is set, else 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from clusterenv._gpus import visible_gpu_count
+from clusterenv._root import Root
+from clusterenv.sources._base import DEFAULT_PORT, EnvReader, Reading, Source
+
+__all__ = ["GenericSource"]
+
+
+class GenericSource(Source):
+    """Any environment with ``MASTER_ADDR`` set (and no Runpod variables)."""
+
+    name: ClassVar[str] = "generic"
+    description: ClassVar[str] = "generic MASTER_ADDR/MASTER_PORT environment"
+
+    def matches(self, environ: Mapping[str, str]) -> bool:
+        """``MASTER_ADDR`` is set."""
+        return bool(environ.get("MASTER_ADDR"))
+
+    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+        """Read the generic variables, deriving what is missing."""
+        reading = Reading()
+        env = EnvReader(environ, reading)
+        fields = reading.fields
+        fields["primary_addr"] = env.host(
+            "MASTER_ADDR", required=True, what="the rendezvous (rank 0) address",
+            example="10.65.0.2",
+        )
+        fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)
+        fields["node_addr"] = env.ip(
+            "NODE_ADDR", required=False, what="this node's cluster address", example="10.65.0.3"
+        )
+        node_rank = _count(env, "NODE_RANK", "PET_NODE_RANK", what="this node's index",
+                           example="0", minimum=0)
+        num_nodes = _count(env, "NUM_NODES", "PET_NNODES", what="the number of nodes",
+                           example="2", minimum=1)
+        trainers = _count(env, "NUM_TRAINERS", "PET_NPROC_PER_NODE",
+                          what="the number of processes (GPUs) per node", example="8", minimum=1)
+        world_text = env.get("WORLD_SIZE")
+        if world_text is not None:
+            reading.raw["WORLD_SIZE"] = world_text
+        if trainers is None and not _set(env, "NUM_TRAINERS", "PET_NPROC_PER_NODE"):
+            trainers = visible_gpu_count(environ, root) or 1
+        if num_nodes is None and not _set(env, "NUM_NODES", "PET_NNODES"):
+            num_nodes = 1
+            world = (
+                env.parse_int("WORLD_SIZE", world_text, what="the number of processes",
+                              example="16", minimum=1)
+                if world_text is not None
+                else None
+            )
+            if world is not None and trainers is not None:
+                if world % trainers:
+                    env.problem(
+                        ("WORLD_SIZE", "NUM_TRAINERS"),
+                        f"WORLD_SIZE={world} is not a multiple of {trainers} processes per node, "
+                        "so the node count cannot be derived: WORLD_SIZE counts processes, "
+                        "not nodes",
+                        "export NUM_NODES and NUM_TRAINERS explicitly",
+                        "config-world-size",
+                    )
+                    num_nodes = None
+                else:
+                    num_nodes = world // trainers
+        fields["node_rank"] = 0 if node_rank is None and not _set(env, "NODE_RANK",
+                                                                   "PET_NODE_RANK") else node_rank
+        fields["num_nodes"] = num_nodes
+        fields["num_trainers"] = trainers
+        return reading
+
+
+def _set(env: EnvReader, *names: str) -> bool:
+    return any(env.get(n) is not None for n in names)
+
+
+def _count(
+    env: EnvReader, *names: str, what: str, example: str, minimum: int
+) -> int | None:
+    """An integer that torchrun may spell as ``PET_*``; ``PET_NNODES`` may be a fixed range."""
+    found = env.aliased(*names, required=False, what=what, example=example)
+    if found is None:
+        return None
+    name, value = found
+    if name == "PET_NNODES" and ":" in value:
+        low, _, high = value.partition(":")
+        if low.strip() != high.strip():
+            env.problem(
+                (name,),
+                f"{name}={value!r} is an elastic range; clusterenv needs a fixed node count",
+                f"export NUM_NODES={high.strip() or example}",
+                "config-elastic-range",
+            )
+            return None
+        value = low
+    return env.parse_int(name, value, what=what, example=example, minimum=minimum)

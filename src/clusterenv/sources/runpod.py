@@ -1,0 +1,157 @@
+"""Runpod Instant Clusters: the provider's environment contract and network knowledge.
+
+Runpod sets, on every node and before any launcher runs: ``PRIMARY_ADDR``/``MASTER_ADDR``,
+``PRIMARY_PORT``/``MASTER_PORT``, ``NODE_ADDR``, ``NODE_RANK``, ``NUM_NODES``, ``NUM_TRAINERS``
+(GPUs per node), ``HOST_NODE_ADDR`` (``PRIMARY_ADDR:PRIMARY_PORT``) and ``WORLD_SIZE``
+(``NUM_NODES * NUM_TRAINERS``, a count of processes, not nodes).
+
+Cluster traffic uses ``ens1``–``ens8`` (images before September 2025: ``eth1``–``eth8``);
+``eth0`` carries 172.x management addresses that are never routable between nodes. That
+knowledge lives here and is applied only when this source matched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import ClassVar
+
+from clusterenv._root import Root
+from clusterenv.sources._base import (
+    EnvReader,
+    Reading,
+    Source,
+    format_host_port,
+    parse_host,
+    split_host_port,
+)
+
+__all__ = [
+    "CLUSTER_INTERFACE",
+    "MANAGEMENT_INTERFACES",
+    "MANAGEMENT_NETWORK",
+    "RunpodSource",
+    "is_cluster_interface_name",
+    "is_management",
+]
+
+#: Names of the high-bandwidth cluster interfaces (``ens1``–``ens8``; ``eth1``–``eth8`` on older
+#: images).
+CLUSTER_INTERFACE = re.compile(r"(ens|eth)[1-8]")
+#: Interfaces that carry management (internet) traffic only.
+MANAGEMENT_INTERFACES: tuple[str, ...] = ("eth0",)
+#: The private range Runpod's management addresses come from ("172.xxx" in the provider's docs).
+MANAGEMENT_NETWORK = ipaddress.ip_network("172.16.0.0/12")
+
+# Variables only Runpod sets; any of them means this is a Runpod node.
+_MARKERS = ("PRIMARY_ADDR", "PRIMARY_PORT", "NODE_ADDR", "NUM_TRAINERS", "HOST_NODE_ADDR")
+
+
+def is_cluster_interface_name(name: str) -> bool:
+    """Whether ``name`` is one of Runpod's cluster interfaces (``ens1``, …, ``eth8``)."""
+    return CLUSTER_INTERFACE.fullmatch(name) is not None
+
+
+def is_management(*, interface: str | None = None, address: str | None = None) -> bool:
+    """Whether an interface name or address is Runpod management (``eth0``, 172.16.0.0/12)."""
+    if interface is not None and interface in MANAGEMENT_INTERFACES:
+        return True
+    if address is not None:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return ip.version == 4 and ip in MANAGEMENT_NETWORK
+    return False
+
+
+class RunpodSource(Source):
+    """Runpod Instant Cluster (``PRIMARY_*``, ``NODE_ADDR``, ``NUM_TRAINERS``, …)."""
+
+    name: ClassVar[str] = "runpod"
+    description: ClassVar[str] = "Runpod Instant Cluster"
+
+    def matches(self, environ: Mapping[str, str]) -> bool:
+        """Any variable that only Runpod sets is present."""
+        return any(environ.get(name) for name in _MARKERS)
+
+    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+        """Read the Runpod contract; every variable is required except the two derived ones."""
+        reading = Reading()
+        env = EnvReader(environ, reading)
+        fields = reading.fields
+        fields["primary_addr"] = env.host(
+            "PRIMARY_ADDR", "MASTER_ADDR", required=True,
+            what="the primary node's cluster address", example="10.65.0.2",
+        )
+        fields["primary_port"] = env.port("PRIMARY_PORT", "MASTER_PORT", required=True)
+        fields["node_addr"] = env.ip(
+            "NODE_ADDR", required=True, what="this node's cluster address", example="10.65.0.3"
+        )
+        fields["node_rank"] = env.integer(
+            "NODE_RANK", required=True, what="this node's index, 0 on the primary", example="0"
+        )
+        fields["num_nodes"] = env.integer(
+            "NUM_NODES", required=True, what="the number of nodes", example="2", minimum=1
+        )
+        fields["num_trainers"] = env.integer(
+            "NUM_TRAINERS", required=True, what="the number of GPUs per node", example="8",
+            minimum=1,
+        )
+        world = env.get("WORLD_SIZE")
+        if world is not None:
+            reading.raw["WORLD_SIZE"] = world
+        host_node = env.get("HOST_NODE_ADDR")
+        if host_node is not None:
+            _check_host_node_addr(env, host_node, fields["primary_addr"], fields["primary_port"])
+        _check_primary_is_rank_zero(env, fields)
+        return reading
+
+
+def _check_host_node_addr(
+    env: EnvReader, value: str, primary: str | None, port: int | None
+) -> None:
+    if primary is None or port is None:
+        return
+    expected = format_host_port(primary, port)
+    parsed = split_host_port(value)
+    if parsed is None:
+        env.problem(
+            ("HOST_NODE_ADDR",),
+            f"HOST_NODE_ADDR={value!r}: expected ADDRESS:PORT (IPv6 in brackets)",
+            f"export HOST_NODE_ADDR={expected}",
+            "config-host-node-addr",
+        )
+    elif parsed != (primary, port):
+        env.problem(
+            ("HOST_NODE_ADDR", "PRIMARY_ADDR", "PRIMARY_PORT"),
+            f"HOST_NODE_ADDR={value!r} is not PRIMARY_ADDR:PRIMARY_PORT ({expected})",
+            f"export HOST_NODE_ADDR={expected}",
+            "config-host-node-addr",
+        )
+
+
+def _check_primary_is_rank_zero(env: EnvReader, fields: dict[str, object]) -> None:
+    """On Runpod the primary node has NODE_RANK=0 and owns PRIMARY_ADDR."""
+    node_addr, primary, rank = fields["node_addr"], fields["primary_addr"], fields["node_rank"]
+    if not isinstance(node_addr, str) or not isinstance(primary, str) or not isinstance(rank, int):
+        return
+    if parse_host(primary) != node_addr:
+        if rank == 0:
+            env.problem(
+                ("NODE_RANK", "NODE_ADDR", "PRIMARY_ADDR"),
+                f"NODE_RANK=0 but NODE_ADDR={node_addr} is not PRIMARY_ADDR={primary}: "
+                "the node with rank 0 is the primary and owns PRIMARY_ADDR",
+                "give this node its own NODE_RANK (1 or more), or fix PRIMARY_ADDR",
+                "config-primary-rank",
+            )
+        return
+    if rank != 0:
+        env.problem(
+            ("NODE_RANK", "NODE_ADDR", "PRIMARY_ADDR"),
+            f"NODE_ADDR={node_addr} is PRIMARY_ADDR, so this is the primary node, but "
+            f"NODE_RANK={rank}: the primary must have NODE_RANK=0",
+            "export NODE_RANK=0 on the primary node",
+            "config-primary-rank",
+        )
