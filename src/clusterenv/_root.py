@@ -65,7 +65,7 @@ class Root:
         return self.path == Path("/")
 
     def join(self, relative: str) -> Path:
-        """The path of ``relative`` (written as from ``/``, e.g. ``sys/class/net``) under the root."""
+        """The path of ``relative`` (spelled from ``/``, e.g. ``sys/class/net``) under the root."""
         return self.path / relative.lstrip("/")
 
     def read(self, relative: str) -> str | None:

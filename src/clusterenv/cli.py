@@ -21,6 +21,7 @@ __all__ = ["VERBS", "build_parser", "main"]
 VERBS: dict[str, str] = {
     "show": "show",
     "doctor": "doctor",
+    "capture": "capture",
 }
 
 

@@ -1,4 +1,4 @@
-"""The node-level cluster contract (:class:`ClusterConfig`) and the worker's :class:`ProcessContext`.
+"""The node-level cluster contract (``ClusterConfig``) and the worker's ``ProcessContext``.
 
 A *node* context exists before any launcher runs: where the primary is, which node this is, how
 many nodes and processes per node. A *process* context exists only inside a worker that torchrun
@@ -185,10 +185,14 @@ class ConfigCheck:
                 p.code,
                 "error",
                 p.message,
-                (f"source: {self.source}",)
-                + tuple(
-                    f"{name}={self.values[name]!r}" if name in self.values else f"{name} is unset"
-                    for name in p.variables
+                (
+                    f"source: {self.source}",
+                    *tuple(
+                        f"{name}={self.values[name]!r}"
+                        if name in self.values
+                        else f"{name} is unset"
+                        for name in p.variables
+                    ),
                 ),
                 p.fix,
             )
@@ -222,9 +226,7 @@ def check_config(
         config = _build(chosen.name, reading)
     named = {name for p in reading.problems for name in p.variables}
     values = {name: env[name] for name in sorted(named) if name in env}
-    return ConfigCheck(
-        chosen.name, config, tuple(reading.problems), tuple(reading.notes), values
-    )
+    return ConfigCheck(chosen.name, config, tuple(reading.problems), tuple(reading.notes), values)
 
 
 def _choose_source(environ: Mapping[str, str], forced: str | None) -> Source | None:
@@ -237,8 +239,10 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
     """The rules every source shares (DESIGN §4.1)."""
     env = EnvReader(environ, reading)
     fields = reading.fields
-    rank, nodes, trainers = fields.get("node_rank"), fields.get("num_nodes"), fields.get(
-        "num_trainers"
+    rank, nodes, trainers = (
+        fields.get("node_rank"),
+        fields.get("num_nodes"),
+        fields.get("num_trainers"),
     )
     if isinstance(rank, int) and isinstance(nodes, int) and rank >= nodes:
         env.problem(
@@ -250,7 +254,10 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
     world_text = reading.raw.get("WORLD_SIZE")
     if world_text is not None and isinstance(nodes, int) and isinstance(trainers, int):
         world = env.parse_int(
-            "WORLD_SIZE", world_text, what="the number of processes", example=str(nodes * trainers),
+            "WORLD_SIZE",
+            world_text,
+            what="the number of processes",
+            example=str(nodes * trainers),
             minimum=1,
         )
         if world is not None and world != nodes * trainers:
@@ -262,20 +269,26 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
                 "config-world-size",
             )
     primary = fields.get("primary_addr")
-    if isinstance(primary, str) and isinstance(nodes, int) and nodes > 1 and is_loopback_host(
-        primary
+    if (
+        isinstance(primary, str)
+        and isinstance(nodes, int)
+        and nodes > 1
+        and is_loopback_host(primary)
     ):
         names = ("PRIMARY_ADDR", "MASTER_ADDR") if environ.get("PRIMARY_ADDR") else ("MASTER_ADDR",)
         env.problem(
             names,
-            f"{names[0]}={primary} is a loopback address but NUM_NODES={nodes}: other nodes "
+            f"{'/'.join(names)}={primary} is a loopback address but NUM_NODES={nodes}: other nodes "
             "cannot reach it and the rendezvous hangs",
             f"set {names[0]} to the primary node's cluster IP address",
             "config-loopback-primary",
         )
     node_addr = fields.get("node_addr")
-    if isinstance(node_addr, str) and isinstance(nodes, int) and nodes > 1 and is_loopback_host(
-        node_addr
+    if (
+        isinstance(node_addr, str)
+        and isinstance(nodes, int)
+        and nodes > 1
+        and is_loopback_host(node_addr)
     ):
         env.problem(
             ("NODE_ADDR",),

@@ -81,9 +81,7 @@ class ConfigError(ClusterEnvError, ValueError):
         return (_rebuild_config_error, (self.problems, self.source))
 
 
-def _rebuild_config_error(
-    problems: tuple[ConfigProblem, ...], source: str | None
-) -> ConfigError:
+def _rebuild_config_error(problems: tuple[ConfigProblem, ...], source: str | None) -> ConfigError:
     return ConfigError(problems, source=source)
 
 

@@ -85,7 +85,7 @@ class GidSpec:
     netdev: str | None = None
 
 
-def gid(index: int, address: str, type: str = "RoCE v2", netdev: str | None = None) -> GidSpec:  # noqa: A002
+def gid(index: int, address: str, type: str = "RoCE v2", netdev: str | None = None) -> GidSpec:
     """A GID entry, e.g. ``gid(3, "::ffff:10.65.0.2", "RoCE v2", "ens1")``."""
     return GidSpec(index, address, type, netdev)
 

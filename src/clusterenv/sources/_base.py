@@ -78,7 +78,9 @@ class EnvReader:
                 return name, value
         return None, None
 
-    def aliased(self, *names: str, required: bool, what: str, example: str) -> tuple[str, str] | None:
+    def aliased(
+        self, *names: str, required: bool, what: str, example: str
+    ) -> tuple[str, str] | None:
         """Read a value that may be spelled several ways (``PRIMARY_ADDR`` / ``MASTER_ADDR``).
 
         Every spelling that is set must agree; the first is reported as the one used.
@@ -89,7 +91,7 @@ class EnvReader:
                 spelled = " or ".join(names)
                 self.problem(
                     names,
-                    f"{spelled} is not set: {what} is required",
+                    f"{spelled} is not set ({what}); this source requires it",
                     f"export {names[0]}={example}",
                     "config-missing",
                 )
@@ -120,7 +122,9 @@ class EnvReader:
         if found is None:
             return None
         name, value = found
-        return self.parse_int(name, value, what=what, example=example, minimum=minimum, maximum=maximum)
+        return self.parse_int(
+            name, value, what=what, example=example, minimum=minimum, maximum=maximum
+        )
 
     def parse_int(
         self,
@@ -197,7 +201,9 @@ class EnvReader:
         if value is None:
             if required:
                 self.problem(
-                    (name,), f"{name} is not set: {what} is required", f"export {name}={example}",
+                    (name,),
+                    f"{name} is not set ({what}); this source requires it",
+                    f"export {name}={example}",
                     "config-missing",
                 )
             return None
@@ -227,7 +233,9 @@ def _same_value(a: str, b: str) -> bool:
     if ha is not None and ha == hb:
         return True
     a_num, b_num = a.strip(), b.strip()
-    return bool(_DECIMAL.fullmatch(a_num) and _DECIMAL.fullmatch(b_num) and int(a_num) == int(b_num))
+    return bool(
+        _DECIMAL.fullmatch(a_num) and _DECIMAL.fullmatch(b_num) and int(a_num) == int(b_num)
+    )
 
 
 def parse_host(value: str) -> str | None:
@@ -276,9 +284,7 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         name = host.lower().rstrip(".")
-        return name in {"localhost", "ip6-localhost", "ip6-loopback"} or name.endswith(
-            ".localhost"
-        )
+        return name in {"localhost", "ip6-localhost", "ip6-loopback"} or name.endswith(".localhost")
 
 
 class Source(ABC):

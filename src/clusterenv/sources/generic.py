@@ -35,47 +35,69 @@ class GenericSource(Source):
         env = EnvReader(environ, reading)
         fields = reading.fields
         fields["primary_addr"] = env.host(
-            "MASTER_ADDR", required=True, what="the rendezvous (rank 0) address",
+            "MASTER_ADDR",
+            required=True,
+            what="the rendezvous (rank 0) address",
             example="10.65.0.2",
         )
         fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)
         fields["node_addr"] = env.ip(
             "NODE_ADDR", required=False, what="this node's cluster address", example="10.65.0.3"
         )
-        node_rank = _count(env, "NODE_RANK", "PET_NODE_RANK", what="this node's index",
-                           example="0", minimum=0)
-        num_nodes = _count(env, "NUM_NODES", "PET_NNODES", what="the number of nodes",
-                           example="2", minimum=1)
-        trainers = _count(env, "NUM_TRAINERS", "PET_NPROC_PER_NODE",
-                          what="the number of processes (GPUs) per node", example="8", minimum=1)
+        node_rank = _count(
+            env, "NODE_RANK", "PET_NODE_RANK", what="this node's index", example="0", minimum=0
+        )
+        num_nodes = _count(
+            env, "NUM_NODES", "PET_NNODES", what="the number of nodes", example="2", minimum=1
+        )
+        trainers = _count(
+            env,
+            "NUM_TRAINERS",
+            "PET_NPROC_PER_NODE",
+            what="the number of processes (GPUs) per node",
+            example="8",
+            minimum=1,
+        )
         world_text = env.get("WORLD_SIZE")
         if world_text is not None:
             reading.raw["WORLD_SIZE"] = world_text
-        if trainers is None and not _set(env, "NUM_TRAINERS", "PET_NPROC_PER_NODE"):
+        trainers_name, _ = env.first("NUM_TRAINERS", "PET_NPROC_PER_NODE")
+        if trainers is None and trainers_name is None:
             trainers = visible_gpu_count(environ, root) or 1
         if num_nodes is None and not _set(env, "NUM_NODES", "PET_NNODES"):
             num_nodes = 1
             world = (
-                env.parse_int("WORLD_SIZE", world_text, what="the number of processes",
-                              example="16", minimum=1)
+                env.parse_int(
+                    "WORLD_SIZE",
+                    world_text,
+                    what="the number of processes",
+                    example="16",
+                    minimum=1,
+                )
                 if world_text is not None
                 else None
             )
             if world is not None and trainers is not None:
                 if world % trainers:
+                    per_node = (
+                        f"{trainers_name}={trainers}"
+                        if trainers_name
+                        else f"{trainers} visible GPUs"
+                    )
                     env.problem(
-                        ("WORLD_SIZE", "NUM_TRAINERS"),
-                        f"WORLD_SIZE={world} is not a multiple of {trainers} processes per node, "
-                        "so the node count cannot be derived: WORLD_SIZE counts processes, "
-                        "not nodes",
+                        ("WORLD_SIZE", trainers_name) if trainers_name else ("WORLD_SIZE",),
+                        f"WORLD_SIZE={world} is not a multiple of {per_node} (processes per "
+                        "node), so the node count cannot be derived: WORLD_SIZE counts "
+                        "processes, not nodes",
                         "export NUM_NODES and NUM_TRAINERS explicitly",
                         "config-world-size",
                     )
                     num_nodes = None
                 else:
                     num_nodes = world // trainers
-        fields["node_rank"] = 0 if node_rank is None and not _set(env, "NODE_RANK",
-                                                                   "PET_NODE_RANK") else node_rank
+        fields["node_rank"] = (
+            0 if node_rank is None and not _set(env, "NODE_RANK", "PET_NODE_RANK") else node_rank
+        )
         fields["num_nodes"] = num_nodes
         fields["num_trainers"] = trainers
         return reading
@@ -85,9 +107,7 @@ def _set(env: EnvReader, *names: str) -> bool:
     return any(env.get(n) is not None for n in names)
 
 
-def _count(
-    env: EnvReader, *names: str, what: str, example: str, minimum: int
-) -> int | None:
+def _count(env: EnvReader, *names: str, what: str, example: str, minimum: int) -> int | None:
     """An integer that torchrun may spell as ``PET_*``; ``PET_NNODES`` may be a fixed range."""
     found = env.aliased(*names, required=False, what=what, example=example)
     if found is None:

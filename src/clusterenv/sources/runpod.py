@@ -44,8 +44,9 @@ MANAGEMENT_INTERFACES: tuple[str, ...] = ("eth0",)
 #: The private range Runpod's management addresses come from ("172.xxx" in the provider's docs).
 MANAGEMENT_NETWORK = ipaddress.ip_network("172.16.0.0/12")
 
-# Variables only Runpod sets; any of them means this is a Runpod node.
-_MARKERS = ("PRIMARY_ADDR", "PRIMARY_PORT", "NODE_ADDR", "NUM_TRAINERS", "HOST_NODE_ADDR")
+# Variables only Runpod sets (NUM_TRAINERS is torchrun vocabulary that others use too); any
+# of them means this is a Runpod node.
+_MARKERS = ("PRIMARY_ADDR", "PRIMARY_PORT", "NODE_ADDR", "HOST_NODE_ADDR")
 
 
 def is_cluster_interface_name(name: str) -> bool:
@@ -82,8 +83,11 @@ class RunpodSource(Source):
         env = EnvReader(environ, reading)
         fields = reading.fields
         fields["primary_addr"] = env.host(
-            "PRIMARY_ADDR", "MASTER_ADDR", required=True,
-            what="the primary node's cluster address", example="10.65.0.2",
+            "PRIMARY_ADDR",
+            "MASTER_ADDR",
+            required=True,
+            what="the primary node's cluster address",
+            example="10.65.0.2",
         )
         fields["primary_port"] = env.port("PRIMARY_PORT", "MASTER_PORT", required=True)
         fields["node_addr"] = env.ip(
@@ -96,7 +100,10 @@ class RunpodSource(Source):
             "NUM_NODES", required=True, what="the number of nodes", example="2", minimum=1
         )
         fields["num_trainers"] = env.integer(
-            "NUM_TRAINERS", required=True, what="the number of GPUs per node", example="8",
+            "NUM_TRAINERS",
+            required=True,
+            what="the number of GPUs per node",
+            example="8",
             minimum=1,
         )
         world = env.get("WORLD_SIZE")

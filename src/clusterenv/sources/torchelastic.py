@@ -38,7 +38,9 @@ class TorchElasticSource(Source):
         env = EnvReader(environ, reading)
         fields = reading.fields
         fields["primary_addr"] = env.host(
-            "MASTER_ADDR", required=True, what="the rendezvous address torchrun gave this worker",
+            "MASTER_ADDR",
+            required=True,
+            what="the rendezvous address torchrun gave this worker",
             example="10.65.0.2",
         )
         fields["primary_port"] = env.port("MASTER_PORT", required=True)
@@ -50,16 +52,24 @@ class TorchElasticSource(Source):
             "LOCAL_RANK", required=True, what="this process's rank on its node", example="0"
         )
         world = env.integer(
-            "WORLD_SIZE", required=True, what="the number of processes in the job",
-            example="16", minimum=1,
+            "WORLD_SIZE",
+            required=True,
+            what="the number of processes in the job",
+            example="16",
+            minimum=1,
         )
         local_world = env.integer(
-            "LOCAL_WORLD_SIZE", required=True, what="the number of processes on this node",
-            example="8", minimum=1,
+            "LOCAL_WORLD_SIZE",
+            required=True,
+            what="the number of processes on this node",
+            example="8",
+            minimum=1,
         )
         group_rank = env.integer(
-            "GROUP_RANK", required=False,
-            what="this node's index in the job", example="0",
+            "GROUP_RANK",
+            required=False,
+            what="this node's index in the job",
+            example="0",
         )
         if group_rank is None and rank is not None and local_world:
             group_rank = rank // local_world
@@ -111,50 +121,69 @@ def _cross_check(
     local_world = fields.get("num_trainers")
     if isinstance(trainers, int) and isinstance(local_world, int) and trainers != local_world:
         if local_world < trainers:
-            notes.append(Finding(
-                "worker-fewer-processes", "info",
-                f"torchrun started {local_world} processes on this node but NUM_TRAINERS="
-                f"{trainers} GPUs are available",
-                (f"LOCAL_WORLD_SIZE={local_world}", f"NUM_TRAINERS={trainers}"),
-                f"pass --nproc-per-node={trainers} to torchrun to use every GPU, if intended",
-            ))
+            notes.append(
+                Finding(
+                    "worker-fewer-processes",
+                    "info",
+                    f"torchrun started {local_world} processes on this node but NUM_TRAINERS="
+                    f"{trainers} GPUs are available",
+                    (f"LOCAL_WORLD_SIZE={local_world}", f"NUM_TRAINERS={trainers}"),
+                    f"pass --nproc-per-node={trainers} to torchrun to use every GPU, if intended",
+                )
+            )
         else:
-            notes.append(Finding(
-                "worker-more-processes", "warning",
-                f"torchrun started {local_world} processes on this node but NUM_TRAINERS="
-                f"{trainers}: some processes will share a GPU or fail with 'CUDA error: "
-                "invalid device ordinal'",
-                (f"LOCAL_WORLD_SIZE={local_world}", f"NUM_TRAINERS={trainers}"),
-                f"pass --nproc-per-node={trainers} to torchrun",
-            ))
+            notes.append(
+                Finding(
+                    "worker-more-processes",
+                    "warning",
+                    f"torchrun started {local_world} processes on this node but NUM_TRAINERS="
+                    f"{trainers}: some processes will share a GPU or fail with 'CUDA error: "
+                    "invalid device ordinal'",
+                    (f"LOCAL_WORLD_SIZE={local_world}", f"NUM_TRAINERS={trainers}"),
+                    f"pass --nproc-per-node={trainers} to torchrun",
+                )
+            )
     provider_nodes = _plain_int(env.get("NUM_NODES"))
     if isinstance(provider_nodes, int) and num_nodes is not None and provider_nodes != num_nodes:
-        notes.append(Finding(
-            "worker-node-count", "warning",
-            f"the process group spans {num_nodes} nodes but NUM_NODES={provider_nodes}",
-            (f"WORLD_SIZE/LOCAL_WORLD_SIZE={num_nodes}", f"NUM_NODES={provider_nodes}"),
-            f"pass --nnodes={provider_nodes} to torchrun on every node (clusterenv launch does)",
-        ))
+        notes.append(
+            Finding(
+                "worker-node-count",
+                "warning",
+                f"the process group spans {num_nodes} nodes but NUM_NODES={provider_nodes}",
+                (f"WORLD_SIZE/LOCAL_WORLD_SIZE={num_nodes}", f"NUM_NODES={provider_nodes}"),
+                f"pass --nnodes={provider_nodes} to torchrun on each node (clusterenv launch does)",
+            )
+        )
     provider_rank = _plain_int(env.get("NODE_RANK"))
     group_rank = fields.get("node_rank")
-    if isinstance(provider_rank, int) and isinstance(group_rank, int) and provider_rank != group_rank:
-        notes.append(Finding(
-            "worker-node-rank", "warning",
-            f"torchrun gave this node GROUP_RANK={group_rank} but NODE_RANK={provider_rank}",
-            (f"GROUP_RANK={group_rank}", f"NODE_RANK={provider_rank}"),
-            "use a static rendezvous with --node-rank=$NODE_RANK (clusterenv launch does)",
-        ))
+    if (
+        isinstance(provider_rank, int)
+        and isinstance(group_rank, int)
+        and provider_rank != group_rank
+    ):
+        notes.append(
+            Finding(
+                "worker-node-rank",
+                "warning",
+                f"torchrun gave this node GROUP_RANK={group_rank} but NODE_RANK={provider_rank}",
+                (f"GROUP_RANK={group_rank}", f"NODE_RANK={provider_rank}"),
+                "use a static rendezvous with --node-rank=$NODE_RANK (clusterenv launch does)",
+            )
+        )
     primary_text = env.get("PRIMARY_ADDR")
     master = fields.get("primary_addr")
     if primary_text is not None and isinstance(master, str):
         primary = parse_host(primary_text)
         if primary is not None and primary != master:
-            notes.append(Finding(
-                "worker-primary-addr", "warning",
-                f"torchrun's MASTER_ADDR={master} is not PRIMARY_ADDR={primary}",
-                (f"MASTER_ADDR={master}", f"PRIMARY_ADDR={primary}"),
-                "pass --master-addr=$PRIMARY_ADDR to torchrun (clusterenv launch does)",
-            ))
+            notes.append(
+                Finding(
+                    "worker-primary-addr",
+                    "warning",
+                    f"torchrun's MASTER_ADDR={master} is not PRIMARY_ADDR={primary}",
+                    (f"MASTER_ADDR={master}", f"PRIMARY_ADDR={primary}"),
+                    "pass --master-addr=$PRIMARY_ADDR to torchrun (clusterenv launch does)",
+                )
+            )
     return notes
 
 

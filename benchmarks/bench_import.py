@@ -1,0 +1,78 @@
+"""Cost of `import clusterenv` + the first `ClusterConfig.from_env()`, and `from_env` latency.
+
+The baseline is measured in the same run: importing pydantic and building one model, which any
+pydantic-based config must pay. Each sample runs in a fresh interpreter and times only the work
+itself (not interpreter start-up). Goal: ratio <= 1.3.
+
+    python benchmarks/bench_import.py [--samples 21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import timeit
+
+RUNPOD = {
+    "PRIMARY_ADDR": "10.65.0.2",
+    "MASTER_ADDR": "10.65.0.2",
+    "PRIMARY_PORT": "29500",
+    "MASTER_PORT": "29500",
+    "NODE_ADDR": "10.65.0.3",
+    "NODE_RANK": "1",
+    "NUM_NODES": "2",
+    "NUM_TRAINERS": "8",
+    "WORLD_SIZE": "16",
+    "HOST_NODE_ADDR": "10.65.0.2:29500",
+}
+
+OURS = f"""
+import time
+t = time.perf_counter()
+import clusterenv
+clusterenv.ClusterConfig.from_env({RUNPOD!r})
+print(time.perf_counter() - t)
+"""
+
+FLOOR = """
+import time
+t = time.perf_counter()
+import pydantic
+class Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True)
+    addr: str
+    port: int
+Model(addr="10.65.0.2", port=29500)
+print(time.perf_counter() - t)
+"""
+
+
+def sample(code: str) -> float:
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return float(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--samples", type=int, default=21)
+    args = parser.parse_args()
+    ours, floor = [], []
+    for _ in range(args.samples):  # interleaved, so drift hits both alike
+        floor.append(sample(FLOOR))
+        ours.append(sample(OURS))
+    ours_ms, floor_ms = statistics.median(ours) * 1e3, statistics.median(floor) * 1e3
+    print(f"import pydantic + one model (floor): {floor_ms:7.1f} ms (median of {args.samples})")
+    print(f"import clusterenv + from_env:         {ours_ms:7.1f} ms")
+    print(f"ratio: {ours_ms / floor_ms:.2f} (goal <= 1.3)")
+
+    import clusterenv
+
+    number = 2000
+    seconds = timeit.timeit(lambda: clusterenv.ClusterConfig.from_env(RUNPOD), number=number)
+    print(f"from_env latency (Runpod environment): {seconds / number * 1e6:.1f} us")
+
+
+if __name__ == "__main__":
+    main()
