@@ -1,0 +1,220 @@
+"""What a host snapshot leaves out: secret environment variables and hardware identifiers.
+
+A snapshot is meant to be attached to a bug report, so it keeps only cluster-relevant variables
+(an explicit allowlist, never a name that looks like a secret), and replaces MAC addresses, GUIDs
+and GPU UUIDs with deterministic placeholders of the same shape, so the files still parse and
+the same identifier maps to the same placeholder everywhere in one snapshot (a bond and its
+slaves keep sharing a MAC; a port's link-local GID still matches its netdev's scrubbed MAC).
+IPv4-mapped GIDs and routable IP addresses are kept: NCCL's decisions depend on them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+
+__all__ = [
+    "CLUSTER_VARIABLES",
+    "CLUSTER_VARIABLE_PREFIXES",
+    "NOT_CLUSTER_VARIABLES",
+    "SECRET_MARKERS",
+    "Scrubber",
+    "cluster_environ",
+    "is_cluster_name",
+    "is_secret_name",
+]
+
+#: Variables kept in a snapshot by exact name.
+CLUSTER_VARIABLES: frozenset[str] = frozenset(
+    {
+        "WORLD_SIZE",
+        "HOST_NODE_ADDR",
+        "RANK",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "TP_SOCKET_IFNAME",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "VLLM_HOST_IP",
+        "LD_LIBRARY_PATH",  # which libnccl loads
+    }
+)
+#: Variables kept in a snapshot by prefix (unless their name looks like a secret).
+CLUSTER_VARIABLE_PREFIXES: tuple[str, ...] = (
+    "PRIMARY_",
+    "MASTER_",
+    "NODE_",
+    "NUM_",
+    "ROLE_",
+    "TORCHELASTIC_",
+    "PET_",
+    "NCCL_",
+    "GLOO_",
+    "TORCH_NCCL_",
+    "TORCH_DISTRIBUTED_",
+    "UCX_",
+    "FI_",
+    "OMPI_MCA_btl_tcp_",
+    "CLUSTERENV_",
+)
+#: Node.js's own ``NODE_*`` variables, which share the prefix with the cluster's ``NODE_ADDR``.
+NOT_CLUSTER_VARIABLES: frozenset[str] = frozenset(
+    {
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "NODE_ENV",
+        "NODE_EXTRA_CA_CERTS",
+        "NODE_TLS_REJECT_UNAUTHORIZED",
+        "NODE_NO_WARNINGS",
+        "NODE_DEBUG",
+        "NODE_REPL_HISTORY",
+    }
+)
+#: A variable whose upper-cased name contains one of these is never written, whatever its prefix.
+SECRET_MARKERS: tuple[str, ...] = (
+    "TOKEN",
+    "KEY",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "AUTH",
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable name looks like it holds a secret, e.g. ``CLUSTERENV_PREFLIGHT_TOKEN``."""
+    upper = name.upper()
+    return any(marker in upper for marker in SECRET_MARKERS)
+
+
+def cluster_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The cluster-relevant, non-secret variables of ``environ``, sorted by name.
+
+    Example: ``{"NCCL_DEBUG": "INFO", "PRIMARY_ADDR": "10.65.0.2", "HF_TOKEN": "x"}`` gives
+    ``{"NCCL_DEBUG": "INFO", "PRIMARY_ADDR": "10.65.0.2"}``.
+    """
+    return {
+        name: environ[name]
+        for name in sorted(environ)
+        if is_cluster_name(name) and not is_secret_name(name)
+    }
+
+
+def is_cluster_name(name: str) -> bool:
+    """Whether a variable is cluster-relevant by the allowlist, e.g. ``NCCL_DEBUG``."""
+    if name in NOT_CLUSTER_VARIABLES:
+        return False
+    return name in CLUSTER_VARIABLES or name.startswith(CLUSTER_VARIABLE_PREFIXES)
+
+
+def _bytes_of(text: str, separator: str, width: int) -> bytes | None:
+    groups = text.strip().lower().split(separator)
+    if not groups or any(len(g) != width for g in groups):
+        return None
+    try:
+        return bytes.fromhex("".join(groups))
+    except ValueError:
+        return None
+
+
+def _colon_hex(data: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in data)
+
+
+_GPU_UUID = re.compile(r"GPU-[0-9a-fA-F-]{36}")
+
+
+class Scrubber:
+    """Replaces hardware identifiers with placeholders, the same one for the same identifier.
+
+    Placeholders count up in the order identifiers are met, so scrubbing the same host twice
+    gives the same snapshot. MACs become locally administered ``02:00:00:00:00:NN``.
+    """
+
+    def __init__(self) -> None:
+        self._macs: dict[bytes, bytes] = {}
+        self._guids: dict[bytes, bytes] = {}
+        self._other: dict[bytes, bytes] = {}
+        self._uuids: dict[str, str] = {}
+
+    def mac_bytes(self, raw: bytes) -> bytes:
+        """A 6-byte MAC; all-zero and broadcast are kept."""
+        if raw in (bytes(6), b"\xff" * 6):
+            return raw
+        if raw not in self._macs:
+            self._macs[raw] = b"\x02\x00\x00\x00" + (len(self._macs) + 1).to_bytes(2, "big")
+        return self._macs[raw]
+
+    def guid_bytes(self, raw: bytes) -> bytes:
+        """An 8-byte GUID or IPv6 interface identifier; an EUI-64 built from a MAC is rebuilt
+        from the scrubbed MAC, so link-local addresses and GIDs stay consistent with it."""
+        if raw == bytes(8):
+            return raw
+        if raw[3:5] == b"\xff\xfe":
+            mac = self.mac_bytes(bytes([raw[0] ^ 0x02]) + raw[1:3] + raw[5:8])
+            return bytes([mac[0] ^ 0x02]) + mac[1:3] + b"\xff\xfe" + mac[3:6]
+        if raw not in self._guids:
+            self._guids[raw] = bytes(6) + (len(self._guids) + 1).to_bytes(2, "big")
+        return self._guids[raw]
+
+    def hardware_address(self, text: str) -> str:
+        """``address`` of a netdev: MAC, 20-byte IPoIB (flags + GID: its GUID half is scrubbed),
+        or another length (replaced whole); text that is not an address is blanked."""
+        raw = _bytes_of(text, ":", 2)
+        if raw is None:
+            return ""
+        if len(raw) == 6:
+            return _colon_hex(self.mac_bytes(raw))
+        if len(raw) == 20:
+            return _colon_hex(raw[:12] + self.guid_bytes(raw[12:]))
+        if raw.strip(b"\x00") == b"" or raw.strip(b"\xff") == b"":
+            return text.strip().lower()
+        if raw not in self._other:
+            number = (len(self._other) + 1).to_bytes(2, "big")
+            self._other[raw] = (bytes(len(raw)) + number)[-len(raw) :]
+        return _colon_hex(self._other[raw])
+
+    def guid(self, text: str) -> str:
+        """``node_guid`` / ``sys_image_guid`` (``0c42:a103:0063:5a20``); garbage is zeroed."""
+        raw = _bytes_of(text, ":", 4)
+        if raw is None or len(raw) != 8:
+            return "0000:0000:0000:0000"
+        hexed = self.guid_bytes(raw).hex()
+        return ":".join(hexed[i : i + 4] for i in range(0, 16, 4))
+
+    def gid(self, text: str, keep: AbstractSet[ipaddress.IPv6Address] = frozenset()) -> str:
+        """A GID in the kernel's spelling; IPv4-mapped, empty and ``keep`` GIDs are unchanged,
+        others keep their 64-bit prefix and get a scrubbed interface identifier."""
+        try:
+            address = ipaddress.IPv6Address(text.strip())
+        except ValueError:
+            return "0000:0000:0000:0000:0000:0000:0000:0000"
+        if int(address) == 0 or address.ipv4_mapped is not None or address in keep:
+            return address.exploded
+        packed = address.packed
+        return ipaddress.IPv6Address(packed[:8] + self.guid_bytes(packed[8:])).exploded
+
+    def ipv6_interface(self, address: ipaddress.IPv6Interface) -> ipaddress.IPv6Interface:
+        """An IPv6 address whose interface identifier was built from a MAC (EUI-64) gets the
+        scrubbed one; other addresses (configured, routable) are kept."""
+        packed = address.ip.packed
+        if packed[11:13] != b"\xff\xfe":
+            return address
+        scrubbed = ipaddress.IPv6Address(packed[:8] + self.guid_bytes(packed[8:]))
+        return ipaddress.IPv6Interface((scrubbed, address.network.prefixlen))
+
+    def gpu_information(self, text: str) -> str:
+        """``proc/driver/nvidia/gpus/*/information`` with the GPU UUID replaced."""
+
+        def replace(match: re.Match[str]) -> str:
+            uuid = match.group(0).lower()
+            if uuid not in self._uuids:
+                self._uuids[uuid] = f"GPU-00000000-0000-0000-0000-{len(self._uuids):012x}"
+            return self._uuids[uuid]
+
+        return _GPU_UUID.sub(replace, text)
