@@ -1,0 +1,100 @@
+"""Shared pytest fixtures.
+
+The simulated cluster (``tests/simcluster.py``, docs/testing.md) needs root and network
+namespaces. Where it cannot run, its tests skip with the reason, except under ``CI=true``, where
+they fail: CI runs as root and must run them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import NoReturn
+
+import pytest
+
+from tests.simcluster import (
+    ClusterFactory,
+    HostsStyle,
+    SimCluster,
+    make_cluster,
+    netns_available,
+    torch_available,
+)
+
+
+def in_ci(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether we run in CI (``CI=true``, as GitHub Actions, GitLab and most others set it)."""
+    environ = os.environ if environ is None else environ
+    return environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip the test with ``reason``; under ``CI=true`` fail it instead (CI must run it)."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: this test must run in CI, not skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by what they use, so ``-m "not netns"`` / ``-m "not torch"`` select them."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "sim_cluster" in fixtures or "netns_required" in fixtures:
+            item.add_marker(pytest.mark.netns)
+        if "torch_required" in fixtures:
+            item.add_marker(pytest.mark.torch)
+
+
+@pytest.fixture
+def netns_required() -> None:
+    """Skip (fail under CI) unless network namespaces can be built here."""
+    available, reason = netns_available()
+    if not available:
+        skip_or_fail(f"simulated cluster unavailable: {reason}")
+
+
+@pytest.fixture
+def torch_required() -> None:
+    """Skip (fail under CI) unless PyTorch is installed for this interpreter."""
+    available, reason = torch_available()
+    if not available:
+        skip_or_fail(reason)
+
+
+@pytest.fixture
+def sim_cluster(netns_required: None) -> Iterator[ClusterFactory]:
+    """A factory of simulated clusters; every cluster it made is torn down after the test.
+
+    Example::
+
+        def test_two_nodes(sim_cluster: ClusterFactory) -> None:
+            cluster = sim_cluster(2, trainers=2, mtu=(9000, 1500))
+            result = cluster.nodes[1].run([sys.executable, "-m", "clusterenv", "show"])
+    """
+    clusters: list[SimCluster] = []
+
+    def factory(
+        nodes: int = 2,
+        *,
+        trainers: int = 2,
+        mtu: int | Sequence[int | None] | None = None,
+        hosts: HostsStyle | Sequence[HostsStyle] = "debian",
+        hostnames: Sequence[str] | None = None,
+        primary_port: int = 29500,
+    ) -> SimCluster:
+        cluster = make_cluster(nodes, trainers=trainers, mtu=mtu, hosts=hosts,
+                               hostnames=hostnames, primary_port=primary_port)
+        clusters.append(cluster)
+        return cluster
+
+    yield factory
+    problems = []
+    for cluster in reversed(clusters):
+        try:
+            cluster.close()
+        except RuntimeError as e:
+            problems.append(str(e))
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
