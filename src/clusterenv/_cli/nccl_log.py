@@ -1,0 +1,164 @@
+"""``clusterenv nccl-log FILE|-``: read an ``NCCL_DEBUG=INFO`` log, say what NCCL actually did."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from clusterenv._cli._common import add_json, emit_json, render_findings, table
+from clusterenv._jsonable import to_jsonable
+from clusterenv.nccl_log import NcclLog, NetPlugin, RankInfo, nccl_log_findings, read_nccl_log
+
+HELP = "read an NCCL_DEBUG=INFO log: bootstrap interface, transport, HCAs, GPUDirect, fallbacks"
+
+_MAX_ROWS = 64
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``FILE``, ``--json``, ``--strict``, ``--management-interface``, ``--cluster-interface``,
+    ``--expect-rdma``."""
+    parser.add_argument(
+        "file", metavar="FILE", help="the log (plain or .gz); '-' reads standard input"
+    )
+    add_json(parser)
+    parser.add_argument(
+        "--strict", action="store_true", help="exit 1 on warnings too, not only on errors"
+    )
+    parser.add_argument(
+        "--management-interface",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="an interface known to be management-only (e.g. eth0 on Runpod); NCCL sockets on "
+        "it become errors. Repeat or separate with commas",
+    )
+    parser.add_argument(
+        "--cluster-interface",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="the interface(s) of the cluster network (e.g. ens1); NCCL sockets on any other "
+        "become errors. Repeat or separate with commas",
+    )
+    parser.add_argument(
+        "--expect-rdma",
+        action="store_true",
+        help="the nodes have InfiniBand/RoCE NICs: a socket transport is a fallback, an error",
+    )
+
+
+def _names(values: list[str]) -> list[str]:
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print what the log shows and the findings; exit 1 on errors, 2 when unreadable."""
+    log = read_nccl_log(sys.stdin.buffer if args.file == "-" else args.file)
+    findings = nccl_log_findings(
+        log,
+        management_interfaces=_names(args.management_interface),
+        cluster_interfaces=_names(args.cluster_interface),
+        expect_rdma=args.expect_rdma,
+    )
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
+    if args.json:
+        data: dict[str, Any] = {"file": args.file, **to_jsonable(log)}
+        data["findings"] = findings
+        data["summary"] = counts
+        emit_json(data)
+    else:
+        print(_render(args.file, log))
+        print()
+        print(render_findings(findings))
+    failing = counts["error"] + (counts["warning"] if args.strict else 0)
+    return 1 if failing else 0
+
+
+def _render(name: str, log: NcclLog) -> str:
+    source = "standard input" if name == "-" else name
+    lines = [f"{source}: {log.lines_read} lines, {log.lines_matched} from NCCL"]
+    if not log.lines_matched:
+        lines.append("no NCCL INFO/WARN lines: was the job run with NCCL_DEBUG=INFO?")
+        return "\n".join(lines)
+    rows: list[tuple[str, object]] = [
+        ("NCCL version", _version(log)),
+        ("transport", ", ".join(log.transports) or None),
+        ("devices", _devices(log)),
+        ("GPUDirect RDMA", _gpudirect(log)),
+        ("net plugins", "; ".join(_plugin(p) for p in log.plugins) or None),
+        ("nodes", _nodes(log)),
+    ]
+    rows += [(name, value) for name, value in sorted(log.env.items())]
+    width = max(len(key) for key, _ in rows)
+    lines += [f"{key.ljust(width)}  {'-' if value is None else value}" for key, value in rows]
+    lines.append("")
+    lines.append(table(
+        (_rank_row(r) for r in log.ranks[:_MAX_ROWS]),
+        ("rank", "host", "pid", "dev", "bootstrap", "transport", "net recv (GDR)"),
+    ))
+    if len(log.ranks) > _MAX_ROWS:
+        lines.append(f"... and {len(log.ranks) - _MAX_ROWS} more processes (--json lists all)")
+    return "\n".join(lines)
+
+
+def _version(log: NcclLog) -> str | None:
+    if not log.versions:
+        return None
+    text = ", ".join(log.versions)
+    return f"{text} (CUDA {log.cuda_version})" if log.cuda_version else text
+
+
+def _devices(log: NcclLog) -> str | None:
+    labels = list(dict.fromkeys(d.label for d in log.devices))
+    if not labels:
+        return None
+    shown = ", ".join(labels[:8]) + (", ..." if len(labels) > 8 else "")
+    return f"{shown} ({len(labels)})"
+
+
+def _gpudirect(log: NcclLog) -> str | None:
+    gdr = log.gpudirect
+    parts = []
+    if gdr.hcas:
+        on = sorted(name for name, enabled in gdr.hcas.items() if enabled)
+        off = sorted(name for name, enabled in gdr.hcas.items() if not enabled)
+        parts += [f"enabled for {', '.join(on)}"] if on else []
+        parts += [f"DISABLED for {', '.join(off)}"] if off else []
+    if gdr.net_channels:
+        parts.append(f"{gdr.gdr_channels} of {gdr.net_channels} receiving net channels /GDRDMA")
+    if gdr.distance_disabled:
+        parts.append(f"{len(gdr.distance_disabled)} GPU/NIC pairs refused for distance")
+    if gdr.dmabuf_gpus:
+        parts.append(f"DMA-BUF available on GPUs {', '.join(map(str, gdr.dmabuf_gpus))}")
+    return "; ".join(parts) or None
+
+
+def _plugin(plugin: NetPlugin) -> str:
+    details = [d for d in (plugin.library, plugin.version and f"version {plugin.version}",
+                           plugin.provider and f"provider {plugin.provider}") if d]
+    state = "used" if plugin.used else "FAILED, not used" if plugin.failed else "loaded"
+    described = f" ({', '.join(details)})" if details else ""
+    return f"{plugin.name}{described}: {state}"
+
+
+def _nodes(log: NcclLog) -> str:
+    hosts = log.hosts
+    if hosts:
+        text = f"{len(hosts)} host(s) in the log: {', '.join(hosts[:4])}"
+        text += ", ..." if len(hosts) > 4 else ""
+    else:
+        text = "unknown (no host:pid prefixes in the log)"
+    if log.nranks:
+        text += f"; communicator of {log.nranks} ranks"
+    if log.nnodes:
+        text += f" on {log.nnodes} nodes"
+    return text
+
+
+def _rank_row(rank: RankInfo) -> tuple[object, ...]:
+    bootstrap = None
+    if rank.bootstrap_interface:
+        bootstrap = f"{rank.bootstrap_interface}:{rank.bootstrap_address or '?'}"
+    channels = f"{rank.net_channels} ({rank.gdr_channels})" if rank.net_channels else None
+    return (rank.rank, rank.host, rank.pid, rank.cuda_device, bootstrap, rank.transport, channels)

@@ -1,0 +1,471 @@
+"""The streaming parser behind :func:`clusterenv.nccl_log.parse_nccl_log`.
+
+Speed matters (logs of many GB exist): a line without ``NCCL`` costs one substring test; a marker
+line costs a ``find``, a slice and a dict lookup of its message text in a cache of facts
+(:func:`clusterenv._nccl_log_lines.parse_info` runs once per distinct message); only lines that
+state a fact touch the per-process state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from clusterenv._nccl_log_lines import (
+    TORCH_ERROR,
+    VERSION,
+    Fact,
+    find_marker,
+    has_second_marker,
+    kind_of,
+    parse_header,
+    parse_info,
+    segments,
+    source_of,
+)
+from clusterenv._nccl_log_model import (
+    INTERNAL_NETWORKS,
+    GpuDirect,
+    LogMessage,
+    NcclLog,
+    NetDevice,
+    NetPlugin,
+    RankInfo,
+    SocketEndpoint,
+)
+
+__all__ = ["parse_lines"]
+
+# Distinct messages kept per list; a log of a million different retries stays small.
+_MAX_MESSAGES = 500
+_MAX_TEXT = 400
+# Distinct message texts whose facts are cached, and distinct line prefixes remembered (each
+# cache is emptied when full: lines of one process come close together).
+_MAX_CACHED = 50_000
+_MISSING: Any = object()
+
+
+class _Plugin:
+    __slots__ = ("evidence", "library", "name", "nics", "placeholder", "provider", "version")
+
+    def __init__(self, name: str, *, placeholder: bool):
+        self.name = name
+        self.placeholder = placeholder  # named after its library until NCCL names it
+        self.library: str | None = None
+        self.version: str | None = None
+        self.provider: str | None = None
+        self.nics: int | None = None
+        self.evidence: dict[str, None] = {}
+
+
+class _Process:
+    """What one process (host, pid) said so far."""
+
+    __slots__ = (
+        "bootstrap",
+        "cuda_device",
+        "devices",
+        "env",
+        "first_line",
+        "gdr_channels",
+        "host",
+        "inferred",
+        "net_channels",
+        "network",
+        "nranks",
+        "oob",
+        "pid",
+        "plugin",
+        "rank",
+        "socket_ifs",
+        "version",
+    )
+
+    def __init__(self, host: str | None, pid: int | None, cuda_device: int | None, line: int):
+        self.host = host
+        self.pid = pid
+        self.cuda_device = cuda_device
+        self.first_line = line
+        self.rank: int | None = None
+        self.nranks: int | None = None
+        self.version: str | None = None
+        self.bootstrap: SocketEndpoint | None = None
+        self.socket_ifs: tuple[SocketEndpoint, ...] = ()
+        self.oob: SocketEndpoint | None = None
+        self.network: str | None = None  # "Using network X": what it used
+        self.inferred: str | None = None  # from "NET/IB : Using", for logs without that line
+        self.devices: dict[str, None] = {}
+        self.plugin: _Plugin | None = None
+        self.net_channels = 0
+        self.gdr_channels = 0
+        self.env: dict[str, str] = {}
+
+    def has_facts(self) -> bool:
+        return self.pid is not None or bool(
+            self.bootstrap or self.socket_ifs or self.network or self.inferred or self.env
+            or self.version or self.devices or self.plugin or self.net_channels
+        )
+
+
+class _Messages:
+    """Messages counted by text, capped at ``_MAX_MESSAGES`` distinct texts."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: dict[str, list[Any]] = {}  # text -> [kind, source, count, line, hosts]
+
+    def add(self, text: str, kind: str, source: str | None, line: int, host: str | None) -> None:
+        text = text[:_MAX_TEXT]
+        entry = self.entries.get(text)
+        if entry is None:
+            if len(self.entries) >= _MAX_MESSAGES:
+                return
+            entry = self.entries[text] = [kind, source, 0, line, {}]
+        entry[2] += 1
+        if host:
+            entry[4][host] = None
+
+    def freeze(self) -> tuple[LogMessage, ...]:
+        return tuple(
+            LogMessage(text, kind, source, count, first, tuple(hosts))
+            for text, (kind, source, count, first, hosts) in self.entries.items()
+        )
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.matched = 0
+        self.facts: dict[str, Fact | None] = {}
+        self.by_head: dict[str, _Process] = {}
+        self.procs: dict[tuple[str | None, int | None], _Process] = {}
+        self.plugins: dict[str, _Plugin] = {}
+        self.cuda: str | None = None
+        self.fallback_version: str | None = None
+        self.nranks: int | None = None
+        self.nnodes: int | None = None
+        self.devices: dict[tuple[str, str, int | None], list[Any]] = {}
+        self.gdr_hcas: dict[str, bool] = {}
+        self.dmabuf: dict[int, None] = {}
+        self.distance_disabled: dict[str, None] = {}
+        self.warnings = _Messages()
+        self.errors = _Messages()
+        self.notices = _Messages()
+        self.ops: dict[str, Callable[..., None]] = {
+            name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")
+        }
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def feed(self, lines: Iterable[str]) -> int:
+        """Read every line; returns how many there were."""
+        facts, ops, by_head, proc_of, info = (
+            self.facts, self.ops, self.by_head, self._proc, self._info
+        )
+        number = matched = 0
+        for number, line in enumerate(lines, 1):
+            pos = line.find("NCCL ")
+            if pos < 0:
+                continue
+            tag = line[pos + 5 : pos + 10]
+            if tag != "INFO " and tag != "WARN ":  # noqa: PLR1714 (the hot path: no tuple)
+                pos = find_marker(line, pos + 5)
+                if pos < 0:
+                    self._unmarked(line, number)
+                    continue
+            matched += 1
+            start = pos + 10
+            if line.find("NCCL ", start) >= 0 and has_second_marker(line, start):  # rare
+                for part, marker in segments(line):
+                    self._one(part, marker, number)
+                continue
+            msg = line[start:].strip()
+            if line[pos + 5] == "W":
+                self._warn(line[:pos], msg, number)
+                continue
+            fact = facts.get(msg, _MISSING)
+            if fact is _MISSING:
+                fact = info(msg)
+            if fact is not None:
+                head = line[:pos]
+                ops[fact[0]](by_head.get(head) or proc_of(head, number), msg, number, fact)
+        self.matched += matched
+        return number
+
+    def _info(self, msg: str) -> Fact | None:
+        fact = parse_info(msg)
+        if len(self.facts) >= _MAX_CACHED:
+            self.facts.clear()  # keep memory bounded; what repeats comes back soon
+        self.facts[msg] = fact
+        return fact
+
+    def _one(self, line: str, pos: int, number: int) -> None:
+        msg = line[pos + 10 :].strip()
+        if line[pos + 5] == "W":
+            self._warn(line[:pos], msg, number)
+            return
+        fact = parse_info(msg)
+        if fact is not None:
+            self.ops[fact[0]](self._proc(line[:pos], number), msg, number, fact)
+
+    def _proc(self, head: str, number: int) -> _Process:
+        proc = self.by_head.get(head)
+        if proc is not None:
+            return proc
+        header = parse_header(head)
+        key = (header[0], header[1]) if header else (None, None)
+        proc = self.procs.get(key)
+        if proc is None:
+            device = header[2] if header else None
+            proc = self.procs[key] = _Process(key[0], key[1], device, number)
+        if len(self.by_head) >= _MAX_CACHED:
+            self.by_head.clear()
+        self.by_head[head] = proc
+        return proc
+
+    def _unmarked(self, line: str, number: int) -> None:
+        """A line naming NCCL without a marker: PyTorch's errors, ``NCCL_DEBUG=VERSION`` output."""
+        if TORCH_ERROR.search(line):
+            self.errors.add(line.strip(), "nccl-error", None, number, None)
+        match = VERSION.search(line)
+        if match and self.fallback_version is None:
+            self.fallback_version = match.group(1)
+
+    def _warn(self, head: str, msg: str, number: int) -> None:
+        proc = self._proc(head, number)
+        kind = kind_of(msg[:_MAX_TEXT])
+        self.warnings.add(msg, kind, source_of(head), number, proc.host)
+        if kind == "plugin" and proc.plugin:
+            proc.plugin.evidence[msg[:_MAX_TEXT]] = None
+
+    # -- facts: one method per fact name of parse_info, each given (process, message, line, fact)
+
+    def _op_bootstrap(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        proc.bootstrap = proc.bootstrap or fact[1]
+
+    def _op_notice(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        self.notices.add(msg, fact[1], None, number, proc.host)
+
+    def _op_socket(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        proc.socket_ifs = fact[1]
+        proc.inferred = proc.inferred or "Socket"
+
+    def _op_ib_using(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        _, devices, oob = fact
+        for index, name, port, link in devices:
+            self._device(proc, "IB", index, name, port, link=link)
+        proc.oob = oob or proc.oob
+        proc.inferred = "IB"
+
+    def _op_ib_device(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        _, index, name, port, link, speed = fact
+        self._device(proc, "IB", index, name, port, link=link, speed=speed)
+
+    def _device(
+        self,
+        proc: _Process,
+        network: str,
+        index: str,
+        name: str,
+        port: str | None,
+        *,
+        link: str | None = None,
+        speed: str | None = None,
+    ) -> None:
+        port_number = int(port) if port is not None else None
+        key = (network, name, port_number)
+        entry = self.devices.get(key)
+        if entry is None:
+            entry = self.devices[key] = [int(index), link, None, {}]  # index, link, speed, hosts
+        if speed is not None:
+            entry[2] = int(speed)
+        if proc.host:
+            entry[3][proc.host] = None
+        label = name if port_number is None else f"{name}:{port_number}"
+        proc.devices[f"{label}/{link}" if link else label] = None
+
+    def _op_gdr_hca(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        _, name, enabled = fact
+        self.gdr_hcas[name] = self.gdr_hcas.get(name, True) and enabled
+
+    def _op_gdr_distance(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        if len(self.distance_disabled) < _MAX_MESSAGES:
+            self.distance_disabled[fact[1]] = None
+
+    def _op_dmabuf(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        self.dmabuf[fact[1]] = None
+
+    def _op_channel(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        proc.net_channels += 1
+        proc.gdr_channels += fact[1]
+
+    def _op_comm(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        _, rank, nranks, nnodes = fact
+        if rank is not None and proc.rank is None:
+            proc.rank, proc.nranks = rank, nranks
+        if nranks is not None:
+            self.nranks = max(self.nranks or 0, nranks)
+        if nnodes is not None:
+            self.nnodes = max(self.nnodes or 0, nnodes)
+
+    def _op_version(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        proc.version = proc.version or fact[1]
+        self.cuda = self.cuda or fact[2]
+
+    def _op_env(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        proc.env.setdefault(fact[1], fact[2])
+
+    def _op_network(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        proc.network = fact[1]
+
+    def _op_trace(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        _, source, text = fact
+        self.errors.add(text, "error-trace", source, number, proc.host)
+        if proc.plugin and "net.cc" in source:
+            proc.plugin.evidence[text] = None
+
+    # -- plugins: a process names its plugin by library first, by NCCL's name later ----------
+
+    def _placeholder(self, proc: _Process, name: str) -> _Plugin:
+        if proc.plugin is None:
+            plugin = self.plugins.get(name)
+            if plugin is None:
+                plugin = self.plugins[name] = _Plugin(name, placeholder=True)
+            proc.plugin = plugin
+        return proc.plugin
+
+    def _op_plugin_requested(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        self._placeholder(proc, fact[1]).library = fact[1]
+
+    def _op_plugin_external(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        library = fact[1]
+        plugin = self._placeholder(proc, library or "libnccl-net.so")
+        plugin.library = plugin.library or library or None
+
+    def _op_plugin_loaded(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        name, current = fact[1], proc.plugin
+        plugin = self.plugins.get(name)
+        if plugin is None:
+            if current is not None and current.placeholder:
+                plugin = current
+                plugin.name, plugin.placeholder = name, False
+            else:
+                plugin = _Plugin(name, placeholder=False)
+            self.plugins[name] = plugin
+        elif current is not None and current is not plugin:
+            plugin.library = plugin.library or current.library
+            plugin.evidence.update(current.evidence)
+        proc.plugin = plugin
+
+    def _op_plugin_trouble(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        if proc.plugin:
+            proc.plugin.evidence[msg[:_MAX_TEXT]] = None
+
+    def _op_ofi(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        self._placeholder(proc, "aws-ofi-nccl")
+
+    def _op_ofi_version(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        self._placeholder(proc, "aws-ofi-nccl").version = fact[1]
+
+    def _op_ofi_provider(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        _, provider, nics = fact
+        plugin = self._placeholder(proc, "aws-ofi-nccl")
+        plugin.provider = provider
+        plugin.nics = nics if nics is not None else plugin.nics
+
+    def _op_ofi_group(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        self._placeholder(proc, "aws-ofi-nccl")
+        self._device(proc, "OFI", fact[1], fact[2], None)
+
+    def _op_ofi_trouble(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        self._placeholder(proc, "aws-ofi-nccl").evidence[msg[:_MAX_TEXT]] = None
+        self.notices.add(msg, "plugin", None, number, proc.host)
+
+    # -- the result ---------------------------------------------------------------------------
+
+    def finish(self, lines_read: int) -> NcclLog:
+        procs = [p for p in self.procs.values() if p.has_facts()]
+        ranks = sorted(
+            (_rank(p) for p in procs),
+            key=lambda r: (r.rank is None, r.rank or 0, r.host or "", r.pid or 0),
+        )
+        counts = Counter(p.version for p in procs if p.version)
+        versions = tuple(v for v, _ in counts.most_common())
+        if not versions and self.fallback_version:
+            versions = (self.fallback_version,)
+        env: dict[str, str] = {}
+        for rank in ranks:
+            for name, value in rank.env.items():
+                env.setdefault(name, value)
+        plugins = dict.fromkeys(p.plugin for p in procs if p.plugin is not None)
+        return NcclLog(
+            version=versions[0] if versions else None,
+            cuda_version=self.cuda,
+            versions=versions,
+            ranks=tuple(ranks),
+            transports=tuple(dict.fromkeys(r.transport for r in ranks if r.transport)),
+            devices=tuple(
+                NetDevice(network, index, name, port, link, speed, tuple(hosts))
+                for (network, name, port), (index, link, speed, hosts) in self.devices.items()
+            ),
+            gpudirect=GpuDirect(
+                hcas=dict(self.gdr_hcas),
+                dmabuf_gpus=tuple(sorted(self.dmabuf)),
+                net_channels=sum(r.net_channels for r in ranks),
+                gdr_channels=sum(r.gdr_channels for r in ranks),
+                distance_disabled=tuple(self.distance_disabled),
+            ),
+            plugins=tuple(_plugin(p, ranks) for p in plugins if p is not None),
+            env=env,
+            nranks=self.nranks,
+            nnodes=self.nnodes,
+            warnings=self.warnings.freeze(),
+            errors=self.errors.freeze(),
+            notices=self.notices.freeze(),
+            lines_read=lines_read,
+            lines_matched=self.matched,
+        )
+
+
+def _rank(proc: _Process) -> RankInfo:
+    bootstrap = proc.bootstrap
+    return RankInfo(
+        host=proc.host,
+        pid=proc.pid,
+        cuda_device=proc.cuda_device,
+        rank=proc.rank,
+        nranks=proc.nranks,
+        version=proc.version,
+        bootstrap_interface=bootstrap.interface if bootstrap else None,
+        bootstrap_address=bootstrap.address if bootstrap else None,
+        socket_interfaces=proc.socket_ifs,
+        oob=proc.oob,
+        transport=proc.network or proc.inferred,
+        devices=tuple(proc.devices),
+        plugin=proc.plugin.name if proc.plugin else None,
+        net_channels=proc.net_channels,
+        gdr_channels=proc.gdr_channels,
+        env=dict(proc.env),
+        first_line=proc.first_line,
+    )
+
+
+def _plugin(plugin: _Plugin, ranks: list[RankInfo]) -> NetPlugin:
+    users = [r for r in ranks if r.plugin == plugin.name]
+    return NetPlugin(
+        name=plugin.name,
+        library=plugin.library,
+        version=plugin.version,
+        provider=plugin.provider,
+        nics=plugin.nics,
+        used=any(r.transport and r.transport not in INTERNAL_NETWORKS for r in users),
+        failed=any(r.transport in INTERNAL_NETWORKS for r in users),
+        evidence=tuple(plugin.evidence)[:20],
+    )
+
+
+def parse_lines(lines: Iterable[str]) -> NcclLog:
+    """Parse log lines (see :func:`clusterenv.nccl_log.parse_nccl_log`)."""
+    parser = _Parser()
+    return parser.finish(parser.feed(lines))
