@@ -10,21 +10,24 @@ HELP = "check this node and explain what will break the job (exit 1 on errors)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--json``, ``--root``."""
+    """``--json``, ``--strict``, ``--root``."""
     add_json(parser)
+    parser.add_argument(
+        "--strict", action="store_true", help="exit 1 on warnings too, not only on errors"
+    )
     add_root(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print findings; exit 1 when any is an error."""
-    from clusterenv.config import check_config
-    from clusterenv.findings import has_errors
+    """Print findings; exit 1 on errors (with ``--strict`` also on warnings), else 0."""
+    from clusterenv.doctor import diagnose_with_plan  # heavy imports on use
 
     environ, root = host_context(args)
-    check = check_config(environ, root=root)
-    findings = check.findings()
+    findings, _, facts = diagnose_with_plan(environ=environ, root=root)
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
+    failing = counts["error"] + (counts["warning"] if args.strict else 0)
     if args.json:
-        emit_json({"config": check.config, "findings": findings})
+        emit_json({"config": facts.config, "findings": findings, "summary": counts})
     else:
         print(render_findings(findings))
-    return 1 if has_errors(findings) else 0
+    return 1 if failing else 0

@@ -1,36 +1,55 @@
-"""``clusterenv show``: everything detected about this node."""
+"""``clusterenv show``: everything detected about this node, and what ``apply`` would do."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clusterenv._cli._common import add_json, add_root, emit_json, host_context, table
+from clusterenv._cli._common import (
+    add_json,
+    add_root,
+    emit_json,
+    host_context,
+    render_findings,
+    style,
+    table,
+)
 
-HELP = "show the cluster contract and what this node has"
+if TYPE_CHECKING:
+    from clusterenv._facts import Facts
+    from clusterenv.config import ClusterConfig
+    from clusterenv.nccl import NcclPlan
+
+HELP = "show the cluster contract, what this node has, and the NCCL/Gloo plan"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--json``, ``--root``."""
+    """``--json``, ``--debug``, ``--root``."""
     add_json(parser)
+    parser.add_argument(
+        "--debug", action="store_true", help="plan NCCL_DEBUG=INFO too, as `env --debug` would"
+    )
     add_root(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Print the config (and, as discovery grows, the host); exit 0, or 2 when unreadable."""
-    from clusterenv.config import check_config
-    from clusterenv.errors import ConfigError
+def _size(n: int | None) -> str:
+    if n is None:
+        return "unlimited"
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} B"
 
-    environ, root = host_context(args)
-    check = check_config(environ, root=root)
-    if check.config is None:
-        raise ConfigError(check.problems, source=check.source)
-    parts: dict[str, Any] = {"config": check.config}
-    if args.json:
-        emit_json(parts)
-        return 0
-    cfg = check.config
-    rows = [
+
+def _pairs(rows: list[tuple[str, object]]) -> str:
+    width = max((len(key) for key, _ in rows), default=0)
+    return "\n".join(
+        f"{key.ljust(width)}  {'-' if value is None else value}" for key, value in rows
+    )
+
+
+def _config_rows(cfg: ClusterConfig) -> list[tuple[str, object]]:
+    rows: list[tuple[str, object]] = [
         ("source", cfg.source),
         ("primary", cfg.host_node_addr),
         ("node address", cfg.node_addr),
@@ -39,12 +58,104 @@ def run(args: argparse.Namespace) -> int:
         ("world size", cfg.world_size),
     ]
     if cfg.process is not None:
-        rows.append(
-            (
-                "this process",
-                f"rank {cfg.process.rank}, local rank "
-                f"{cfg.process.local_rank} of {cfg.process.local_world_size}",
-            )
-        )
-    print(table(rows, ("config", "")))
+        rows.append(("this process", f"rank {cfg.process.rank}, local rank "
+                     f"{cfg.process.local_rank} of {cfg.process.local_world_size}"))
+    return rows
+
+
+def _network_rows(facts: Facts) -> list[tuple[object, ...]]:
+    cluster = facts.cluster_interface if facts.multi_node else None
+    rows: list[tuple[object, ...]] = []
+    for interface in facts.network:
+        role = facts.avoid.get(interface.name, "")
+        if cluster is not None and interface.name == cluster.name:
+            role = "cluster: " + facts.cluster_choice[1]
+        rows.append((
+            interface.name,
+            interface.operstate,
+            interface.mtu,
+            interface.speed_mbps,
+            " ".join(str(a) for a in interface.addresses) or None,
+            role or None,
+        ))
+    return rows
+
+
+def _rdma_rows(facts: Facts) -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
+    for device in facts.rdma.devices:
+        for port in device.ports:
+            rows.append((
+                f"{device.name}:{port.number}",
+                port.state,
+                port.link_layer,
+                f"{port.rate_gbps:g}" if port.rate_gbps is not None else None,
+                port.netdev,
+                port.nccl_gid_index,
+                "yes" if device.usable and port.active else "no",
+            ))
+    return rows
+
+
+def _host_rows(facts: Facts) -> list[tuple[str, object]]:
+    host = facts.host
+    gpus = f"{host.gpus} visible of {host.gpus_installed}"
+    if host.gpu_models:
+        gpus += f" ({', '.join(host.gpu_models)})"
+    memlock = "unknown" if not host.memlock_known else (
+        f"soft {_size(host.memlock_soft)}, hard {_size(host.memlock_hard)}"
+    )
+    versions = ", ".join(f"{v} ({v.source})" for v in facts.nccl_versions) or "unknown"
+    return [
+        ("GPUs", gpus),
+        ("driver", host.driver_version),
+        ("/dev/shm", _size(host.shm_bytes) if host.shm_bytes is not None else "unknown"),  # noqa: S108
+        ("memlock", memlock),
+        ("CAP_IPC_LOCK", {True: "yes", False: "no", None: "unknown"}[host.cap_ipc_lock]),
+        ("GPUDirect RDMA", host.gpudirect_path or "no peer-memory module"),
+        ("NCCL", versions),
+        ("NCCL config files", ", ".join(f.path for f in host.nccl_conf_files) or "none"),
+    ]
+
+
+def _plan_text(plan: NcclPlan) -> str:
+    rows = [(c.action, c.name, c.value, c.reason) for c in plan.changes]
+    lines = [table(rows, ("action", "variable", "value", "why"))] if rows else []
+    lines += [f"note: {n}" for n in plan.notes]
+    return "\n".join(lines) or "nothing to do"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print every part; exit 0, or 2 when the environment or host cannot be read."""
+    from clusterenv.doctor import diagnose_with_plan  # heavy imports on use
+    from clusterenv.errors import ConfigError
+
+    environ, root = host_context(args)
+    findings, plan, facts = diagnose_with_plan(environ=environ, root=root, debug=args.debug)
+    if facts.config is None:
+        check = facts.check
+        raise ConfigError(check.problems if check else (), source=facts.source)
+    if args.json:
+        parts: dict[str, Any] = {
+            "config": facts.config,
+            "network": facts.network,
+            "rdma": facts.rdma,
+            "host": facts.host,
+            "plan": plan,
+            "findings": findings,
+        }
+        emit_json(parts)
+        return 0
+    sections = [
+        ("config", _pairs(_config_rows(facts.config))),
+        ("network", table(_network_rows(facts),
+                          ("interface", "state", "mtu", "speed", "addresses", "role"))),
+        ("rdma", table(_rdma_rows(facts),
+                       ("port", "state", "link", "Gb/s", "netdev", "gid", "usable"))
+         if facts.rdma.devices else "no RDMA device"),
+        ("host", _pairs(_host_rows(facts))),
+        ("plan (clusterenv env / apply_nccl_defaults)", _plan_text(plan)),
+        ("findings", render_findings(findings)),
+    ]
+    print("\n\n".join(f"{style(title, 'bold')}\n{body}" for title, body in sections))
     return 0

@@ -1,0 +1,148 @@
+"""Host checks: GPUs against the process count, ``/dev/shm``, the rendezvous port, and how the
+job is launched (failure modes FM-16, FM-19, FM-21 and FM-32 of the catalogue).
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+
+from clusterenv._facts import Facts
+from clusterenv.findings import Finding
+
+__all__ = ["SHM_MINIMUM", "host_checks", "port_in_use"]
+
+#: Below this, NCCL's shared-memory segments fail with "No space left on device" once several
+#: local processes talk (Docker's default is 64 MiB; Runpod asks for 8 GB or more).
+SHM_MINIMUM = 1 << 30
+_SHM = "/dev/shm"  # noqa: S108  # named in messages, never written
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"
+
+
+def _gpus(facts: Facts) -> list[Finding]:
+    """FM-19: more processes per node than GPUs this process can see."""
+    config = facts.config
+    if config is None or config.source == "local":  # local counts the GPUs it finds
+        return []
+    host = facts.host
+    worker = config.source == "torchelastic"
+    # A worker may see one GPU by design (a launcher that narrows CUDA_VISIBLE_DEVICES per
+    # process); compare its node's process count with the GPUs given to the node instead.
+    visible = host.gpus_installed if worker else host.gpus
+    variable = "LOCAL_WORLD_SIZE" if worker else "NUM_TRAINERS"
+    wanted = config.num_trainers
+    if host.gpus_installed == 0:
+        if facts.runpod:
+            return [Finding(
+                "gpus-none-visible", "warning",
+                f"no NVIDIA GPU is visible, but {variable}={wanted}",
+                ("/proc/driver/nvidia/gpus is empty or missing",),
+                "check that the NVIDIA driver is loaded and the container was given the GPUs "
+                "(nvidia-smi)",
+            )]
+        return []
+    if visible >= wanted:
+        return []
+    cvd = facts.environ.get("CUDA_VISIBLE_DEVICES")
+    evidence = [f"{variable}={wanted}", f"GPUs installed: {host.gpus_installed}"]
+    if cvd is not None and not worker:
+        evidence.append(f"CUDA_VISIBLE_DEVICES={cvd!r} leaves {visible}")
+    return [Finding(
+        "gpus-too-few", "error",
+        f"{variable}={wanted} processes per node, but only {visible} GPUs are visible: "
+        "'CUDA error: invalid device ordinal'",
+        tuple(evidence),
+        f"start {visible} processes per node (torchrun --nproc-per-node={visible}), or make "
+        "all GPUs visible",
+    )]
+
+
+def _shm(facts: Facts) -> list[Finding]:
+    """FM-32: ``/dev/shm`` too small for NCCL's shared-memory segments."""
+    config = facts.config
+    size = facts.host.shm_bytes
+    if config is None or size is None or size >= SHM_MINIMUM:
+        return []
+    if config.num_trainers < 2 and not config.is_multi_node:
+        return []
+    return [Finding(
+        "shm-too-small", "error",
+        f"{_SHM} is {_size(size)}; NCCL needs more with {config.num_trainers} local "
+        "processes: 'posix_fallocate failed: No space left on device'",
+        (f"{_SHM}: {size} bytes", f"processes per node: {config.num_trainers}"),
+        "give the container a bigger /dev/shm: docker run --shm-size=16g (Runpod recommends "
+        "8 GB or more); as root: mount -o remount,size=16g /dev/shm",
+    )]
+
+
+def port_in_use(port: int, *, family: int = socket.AF_INET) -> bool:
+    """Whether a listening socket already holds ``port`` on this host (any address).
+
+    Binds the wildcard address with ``SO_REUSEADDR``, as PyTorch's TCPStore does, so a port
+    held only by connections in TIME_WAIT counts as free; closes the socket at once.
+    """
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))  # noqa: S104
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
+
+
+def _port(facts: Facts) -> list[Finding]:
+    """FM-16: the rendezvous port is already taken on the primary (live host only)."""
+    config = facts.config
+    if (
+        config is None
+        or not facts.root.is_live
+        or not config.is_multi_node
+        or not config.is_primary
+        or facts.in_torchrun_worker  # torchrun's agent holds the port on purpose
+    ):
+        return []
+    try:
+        family = (socket.AF_INET6 if ipaddress.ip_address(config.primary_addr).version == 6
+                  else socket.AF_INET)
+    except ValueError:
+        family = socket.AF_INET
+    if not port_in_use(config.primary_port, family=family):
+        return []
+    variable = "PRIMARY_PORT" if facts.runpod else "MASTER_PORT"
+    return [Finding(
+        "primary-port-in-use", "error",
+        f"{variable}={config.primary_port} is already bound on this node: the rendezvous "
+        "fails with 'errno: 98 - Address already in use'",
+        (f"binding port {config.primary_port} failed with EADDRINUSE",),
+        f"find the holder (ss -ltnp 'sport = :{config.primary_port}') and stop it, or use "
+        f"another port on every node (export {variable}=...)",
+    )]
+
+
+def _launcher(facts: Facts) -> list[Finding]:
+    """FM-21: the node contract is set, but this shell was not started by a launcher."""
+    config = facts.config
+    if config is None or not config.is_multi_node or config.source not in ("runpod", "generic"):
+        return []
+    if facts.environ.get("RANK") is not None or facts.environ.get("LOCAL_RANK") is not None:
+        return []
+    command = " ".join(["torchrun", *config.torchrun_args(), "train.py"])
+    return [Finding(
+        "launcher-missing", "info",
+        "the cluster variables are set but no per-process ranks: start training with torchrun "
+        "(plain `python train.py` fails with 'environment variable RANK expected, but not set')",
+        (f"source: {config.source}", "RANK and LOCAL_RANK are unset"),
+        f"clusterenv launch -- train.py   (or: {command})",
+    )]
+
+
+def host_checks(facts: Facts) -> list[Finding]:
+    """Doctor's host checks."""
+    return [*_gpus(facts), *_shm(facts), *_port(facts), *_launcher(facts)]

@@ -1,0 +1,133 @@
+"""``clusterenv env``: the planned NCCL/Gloo/TensorPipe settings as shell exports.
+
+``eval "$(clusterenv env)"`` exports exactly what :func:`clusterenv.apply_nccl_defaults` would
+set. Only variables the plan sets reach stdout; a comment for each value kept or overridden, and
+the plan's notes, go to stderr, so the output can always be evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from clusterenv._cli._common import add_root, host_context
+from clusterenv._jsonable import to_jsonable
+
+if TYPE_CHECKING:
+    from clusterenv.nccl import NcclPlan
+
+HELP = "print the planned NCCL/Gloo settings as shell exports: eval \"$(clusterenv env)\""
+
+FORMATS = ("sh", "fish", "dotenv", "json")
+_SAFE = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--format``, ``--json``, ``--debug``, ``--override``, ``--root``."""
+    parser.add_argument(
+        "--format", choices=FORMATS, default="sh",
+        help="sh: export NAME='value' (default); fish: set -gx NAME value; dotenv: NAME=value; "
+        "json: one object",
+    )
+    parser.add_argument("--json", action="store_true", help="same as --format json")
+    parser.add_argument(
+        "--debug", action="store_true",
+        help="also set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET when unset",
+    )
+    parser.add_argument(
+        "--override", action="store_true",
+        help="replace values you set that differ from the evidenced ones",
+    )
+    parser.add_argument(
+        "--torchrun", action="store_true",
+        help="also export torchrun's PET_* options, so a bare `torchrun train.py` launches this "
+        "node (static rendezvous on PRIMARY_ADDR:PRIMARY_PORT)",
+    )
+    add_root(parser)
+
+
+def _sh_quote(value: str) -> str:
+    """Always single-quoted, so ``=mlx5_0:1`` does not read as ``==``."""
+    quoted = shlex.quote(value)
+    return quoted if quoted.startswith("'") else f"'{quoted}'"
+
+
+def _fish_quote(value: str) -> str:
+    if value and _SAFE.fullmatch(value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _dotenv_quote(value: str) -> str:
+    if value and _SAFE.fullmatch(value):
+        return value
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return '"' + escaped.replace("\n", "\\n") + '"'
+
+
+def render(env: Mapping[str, str], fmt: str) -> str:
+    """The variables in one shell's syntax, one per line (empty string for none).
+
+    Example: ``render({"NCCL_SOCKET_IFNAME": "ens1"}, "sh")`` is
+    ``"export NCCL_SOCKET_IFNAME='ens1'\\n"``.
+    """
+    if fmt == "json":
+        return json.dumps(dict(env), indent=2) + "\n"
+    lines = []
+    for name, value in env.items():
+        if fmt == "fish":
+            lines.append(f"set -gx {name} {_fish_quote(value)};")
+        elif fmt == "dotenv":
+            lines.append(f"{name}={_dotenv_quote(value)}")
+        else:
+            lines.append(f"export {name}={_sh_quote(value)}")
+    return "".join(line + "\n" for line in lines)
+
+
+def comments(plan: NcclPlan) -> list[str]:
+    """The stderr lines: each kept or overridden value, each note, and each harmful finding."""
+    lines = []
+    for change in plan.changes:
+        if change.action == "keep":
+            where = change.origin or "environment"
+            lines.append(f"# kept {change.name}={change.value!r} ({where}): {change.reason}")
+        elif change.action == "override":
+            lines.append(f"# overriding {change.name}={change.previous!r} with "
+                         f"{change.value!r}: {change.reason}")
+    lines.extend(f"# {note}" for note in plan.notes)
+    lines.extend(
+        f"# {f.severity}[{f.code}]: {f.title}" for f in plan.findings if f.severity != "info"
+    )
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the exports; 0, or 2 when the environment is invalid (nothing is printed then)."""
+    from clusterenv.config import check_config  # heavy imports on use only
+    from clusterenv.errors import ConfigError
+    from clusterenv.nccl import plan_nccl_env
+
+    environ, root = host_context(args)
+    check = check_config(environ, root=root)
+    if check.config is None:
+        raise ConfigError(check.problems, source=check.source)
+    plan = plan_nccl_env(environ=environ, root=root, config=check.config, debug=args.debug,
+                         override=args.override)
+    exports = dict(plan.env)
+    if getattr(args, "torchrun", False):
+        from clusterenv.launch import torchrun_env
+
+        exports.update(torchrun_env(check.config))
+    fmt = "json" if args.json else args.format
+    if fmt == "json":
+        sys.stdout.write(json.dumps(to_jsonable({"env": exports, "plan": plan}), indent=2) + "\n")
+    else:
+        sys.stdout.write(render(exports, fmt))
+    for line in comments(plan):
+        print(line, file=sys.stderr)
+    return 0

@@ -1,0 +1,297 @@
+"""What the NCCL plan and ``doctor`` judge: one node's facts, detected once and only when needed.
+
+:class:`Facts` bundles the environment, the cluster contract and the host's network, RDMA and
+host facts. Each part is detected on first use, so a single-node plan with nothing set reads no
+sysfs at all, and a caller that already detected a part passes it in.
+
+Provider knowledge is applied here and nowhere else in the checks: on Runpod (the ``runpod``
+source matched) ``eth0`` and 172.16.0.0/12 addresses are management; elsewhere only evidence
+(loopback, link-local-only addresses) marks an interface as one to avoid.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from clusterenv._nccl_version import NcclVersion, detect_nccl_versions
+from clusterenv._root import Root
+from clusterenv.sources import runpod
+
+if TYPE_CHECKING:
+    from clusterenv.config import ClusterConfig, ConfigCheck
+    from clusterenv.host import HostFacts
+    from clusterenv.network import Interface, NetworkInterfaces
+    from clusterenv.rdma import RdmaInfo
+
+__all__ = ["Facts", "Proposal", "UserValue", "parse_hosts"]
+
+#: Where a value the user set came from, e.g. ``("eth0", "environment")`` or
+#: ``("eth0", "/etc/nccl.conf")``.
+UserValue = tuple[str, str]
+
+#: The provenance of a value that came from the process environment.
+ENVIRONMENT = "environment"
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A value the plan would set, why, and how to tell whether a user's value does the same.
+
+    Attributes:
+        name: The variable, e.g. ``"NCCL_SOCKET_IFNAME"``.
+        value: The value, e.g. ``"=ens1"``.
+        reason: One sentence of evidence, e.g. ``"ens1 holds NODE_ADDR 10.65.0.2"``.
+        same: Whether a value the user set has the same effect (then it is simply kept).
+    """
+
+    name: str
+    value: str
+    reason: str
+    same: Callable[[str], bool]
+
+
+def parse_hosts(text: str) -> dict[str, list[str]]:
+    """``/etc/hosts`` as name -> addresses in file order (names lower-cased).
+
+    Example: ``"127.0.1.1 node-0.example node-0"`` gives
+    ``{"node-0.example": ["127.0.1.1"], "node-0": ["127.0.1.1"]}``.
+    """
+    names: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2:
+            continue
+        try:
+            address = str(ipaddress.ip_address(fields[0].split("%", 1)[0]))
+        except ValueError:
+            continue
+        for name in fields[1:]:
+            entry = names.setdefault(name.lower().rstrip("."), [])
+            if address not in entry:
+                entry.append(address)
+    return names
+
+
+class Facts:
+    """The facts of one node that the plan and the checks read; each part detected lazily.
+
+    Args:
+        environ: The environment to judge.
+        root: ``/`` or a host snapshot.
+        config: The cluster contract when the caller has it; otherwise it is read from
+            ``environ`` and any problems are kept in :attr:`check`.
+        network: Interfaces, when already detected.
+        rdma: RDMA devices, when already detected.
+        host: Host facts, when already detected.
+        nccl_version: A version to assume instead of detecting it, e.g. ``"2.19.3"``.
+    """
+
+    def __init__(
+        self,
+        *,
+        environ: Mapping[str, str],
+        root: Root,
+        config: ClusterConfig | None = None,
+        network: NetworkInterfaces | None = None,
+        rdma: RdmaInfo | None = None,
+        host: HostFacts | None = None,
+        nccl_version: str | None = None,
+    ) -> None:
+        self.environ = environ
+        self.root = root
+        self._given_config = config
+        self._given_network = network
+        self._given_rdma = rdma
+        self._given_host = host
+        self._given_version = nccl_version
+
+    # -- the cluster contract ---------------------------------------------------------------
+
+    @cached_property
+    def check(self) -> ConfigCheck | None:
+        """The outcome of reading the environment; None when the caller gave a config."""
+        if self._given_config is not None:
+            return None
+        from clusterenv.config import check_config  # noqa: PLC0415  # pydantic on first use
+
+        return check_config(self.environ, root=self.root)
+
+    @property
+    def config(self) -> ClusterConfig | None:
+        """The validated contract, or None when the environment has problems."""
+        if self._given_config is not None:
+            return self._given_config
+        return self.check.config if self.check is not None else None
+
+    @property
+    def source(self) -> str:
+        """The environment source that matched, e.g. ``"runpod"``."""
+        if self.config is not None:
+            return self.config.source
+        return self.check.source if self.check is not None else "unknown"
+
+    @property
+    def multi_node(self) -> bool:
+        """Whether the (valid) contract spans more than one node."""
+        return self.config is not None and self.config.is_multi_node
+
+    @property
+    def runpod(self) -> bool:
+        """Whether Runpod's contract matched, so its network knowledge applies."""
+        return self.source == "runpod"
+
+    # -- detected parts ---------------------------------------------------------------------
+
+    @cached_property
+    def network(self) -> NetworkInterfaces:
+        """The node's interfaces."""
+        if self._given_network is not None:
+            return self._given_network
+        from clusterenv.network import NetworkInterfaces  # noqa: PLC0415  # netifaces on use
+
+        return NetworkInterfaces.detect(root=self.root)
+
+    @cached_property
+    def rdma(self) -> RdmaInfo:
+        """The node's RDMA devices."""
+        if self._given_rdma is not None:
+            return self._given_rdma
+        from clusterenv.rdma import RdmaInfo  # noqa: PLC0415
+
+        return RdmaInfo.detect(root=self.root)
+
+    @cached_property
+    def host(self) -> HostFacts:
+        """GPUs, ``/dev/shm``, memlock, GPUDirect and NCCL config files."""
+        if self._given_host is not None:
+            return self._given_host
+        from clusterenv.host import HostFacts  # noqa: PLC0415
+
+        return HostFacts.detect(environ=self.environ, root=self.root)
+
+    @cached_property
+    def nccl_versions(self) -> tuple[NcclVersion, ...]:
+        """Evidence of the NCCL version, most likely first; empty when unknown."""
+        return detect_nccl_versions(self.environ, self.root, override=self._given_version)
+
+    # -- the cluster interface --------------------------------------------------------------
+
+    @cached_property
+    def cluster_choice(self) -> tuple[Interface | None, str]:
+        """The interface that carries cluster traffic and why (see ``choose_cluster_interface``)."""
+        if self.config is None:
+            return None, "the cluster environment is invalid"
+        return self.network.choose_cluster_interface(self.config)
+
+    @property
+    def cluster_interface(self) -> Interface | None:
+        """The cluster interface, or None."""
+        return self.cluster_choice[0]
+
+    def management_reason(self, interface: Interface) -> str | None:
+        """Why ``interface`` is Runpod management (``eth0``, a 172.x address), else None."""
+        if not self.runpod:
+            return None
+        if runpod.is_management(interface=interface.name):
+            return "Runpod's management interface"
+        for address in interface.ipv4:
+            if runpod.is_management(address=str(address.ip)):
+                return f"management address {address.ip} (Runpod)"
+        return None
+
+    @cached_property
+    def avoid(self) -> dict[str, str]:
+        """Interfaces that must not carry cluster traffic, with the reason, e.g.
+        ``{"eth0": "Runpod's management interface", "lo": "loopback"}``; empty on one node."""
+        if not self.multi_node:
+            return {}
+        avoid: dict[str, str] = {}
+        for interface in self.network:
+            reason = self.management_reason(interface)
+            if interface.is_loopback:
+                reason = "loopback"
+            elif reason is None and interface.addresses and not interface.has_routable_address:
+                reason = "only link-local addresses"
+            if reason is not None:
+                avoid[interface.name] = reason
+        return avoid
+
+    @cached_property
+    def kernel_order(self) -> tuple[str, ...]:
+        """Interfaces NCCL can use (up, with an address other than ``::1``), in ``getifaddrs``
+        order: those with IPv4 by interface index, then IPv6-only ones."""
+
+        def index(name: str) -> int:
+            text = self.root.read(f"sys/class/net/{name}/ifindex") or ""
+            return int(text) if text.isdigit() and len(text) < 10 else 1 << 31
+
+        usable = [
+            i for i in self.network
+            if i.is_up and any(a.ip != ipaddress.IPv6Address("::1") for a in i.addresses)
+        ]
+        ordered = sorted(usable, key=lambda i: index(i.name))  # stable: natural order on ties
+        with_v4 = [i.name for i in ordered if i.ipv4]
+        return (*with_v4, *(i.name for i in ordered if not i.ipv4))
+
+    @cached_property
+    def owners(self) -> dict[str, str]:
+        """Address -> interface name, e.g. ``{"10.65.0.2": "ens1"}``."""
+        return {str(a.ip): i.name for i in self.network for a in i.addresses}
+
+    def describe(self, name: str) -> str:
+        """``"eth0 (172.20.0.5)"``: an interface with its first address."""
+        interface = self.network.get(name)
+        if interface is None or not interface.addresses:
+            return name
+        return f"{name} ({interface.addresses[0].ip})"
+
+    # -- values the user set ----------------------------------------------------------------
+
+    @cached_property
+    def nccl_conf(self) -> dict[str, UserValue]:
+        """``NCCL_*`` values from NCCL's config files, with the file each came from."""
+        # An empty environment makes every file value count, with its file as provenance.
+        return self.host.nccl_conf_values(environ={})
+
+    def user_value(self, name: str) -> UserValue | None:
+        """The value NCCL/Gloo would see for ``name`` and where it comes from, or None.
+
+        The environment wins; ``NCCL_*`` variables may also come from ``NCCL_CONF_FILE`` /
+        ``~/.nccl.conf`` / ``/etc/nccl.conf``, which NCCL applies without overriding the
+        environment. A variable present with an empty value counts as set.
+        """
+        value = self.environ.get(name)
+        if value is not None:
+            return value, ENVIRONMENT
+        if name.startswith("NCCL_"):
+            return self.nccl_conf.get(name)
+        return None
+
+    # -- names ------------------------------------------------------------------------------
+
+    @cached_property
+    def hostname(self) -> str | None:
+        """This node's host name: recorded in a snapshot, else the live one, else
+        ``/etc/hostname``."""
+        recorded = self.root.host.get("hostname")
+        if isinstance(recorded, str) and recorded:
+            return recorded
+        if self.root.is_live:
+            return socket.gethostname() or None
+        text = self.root.read("etc/hostname")
+        return text.split()[0] if text else None
+
+    @cached_property
+    def etc_hosts(self) -> dict[str, list[str]]:
+        """``/etc/hosts`` under the root, parsed."""
+        return parse_hosts("\n".join(self.root.read_lines("etc/hosts")))
+
+    @property
+    def in_torchrun_worker(self) -> bool:
+        """Whether this process was started by torchrun (its agent owns the store port)."""
+        return bool(self.environ.get("TORCHELASTIC_RUN_ID")) or self.source == "torchelastic"

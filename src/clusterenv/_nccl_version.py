@@ -1,0 +1,148 @@
+"""Which NCCL this node would load, found without importing torch or loading NCCL.
+
+Three cheap kinds of evidence, in the order a PyTorch job is likely to use them:
+
+1. an installed ``nvidia-nccl-cu*`` distribution (the NCCL that pip-installed PyTorch loads),
+   looked up with :mod:`importlib.metadata`, on the live host only;
+2. ``NCCL_VERSION`` in the environment (NVIDIA's NGC containers set it to the bundled NCCL);
+3. ``libnccl.so.2.X.Y`` files in the usual library directories under the root and in
+   ``LD_LIBRARY_PATH``.
+
+The version matters for two decisions: ``NCCL_IB_GID_INDEX`` (NCCL 2.21 and later choose the
+RoCE GID themselves) and GPUDirect detection (NCCL before 2.23 may miss ``nvidia_peermem``).
+When the sources disagree, neither side of a threshold is "known".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from clusterenv._root import Root
+
+__all__ = ["NcclVersion", "detect_nccl_versions", "known_before", "parse_nccl_version"]
+
+_VERSION = re.compile(
+    r"\s*v?([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,4}))?(?:[-+.][0-9A-Za-z.+-]*)?\s*"
+)
+_LIBRARY = re.compile(r"libnccl\.so\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,4})")
+_DISTRIBUTIONS = ("nvidia-nccl-cu12", "nvidia-nccl-cu13", "nvidia-nccl-cu11")
+# Where distributions and images put libnccl (Debian/Ubuntu multiarch, RHEL, CUDA, NGC).
+_LIBRARY_DIRS = (
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib/sbsa-linux-gnu",
+    "usr/lib64",
+    "usr/lib",
+    "usr/local/lib",
+    "usr/local/cuda/lib64",
+    "usr/local/nccl/lib",
+    "opt/nccl/lib",
+)
+_MAX_LD_DIRS = 32
+
+
+@dataclass(frozen=True, slots=True)
+class NcclVersion:
+    """One piece of evidence of the NCCL version.
+
+    Attributes:
+        version: ``(major, minor, patch)``, e.g. ``(2, 21, 5)``.
+        source: Where it was found, e.g. ``"nvidia-nccl-cu12 (pip)"``,
+            ``"NCCL_VERSION"`` or ``"/usr/lib/x86_64-linux-gnu/libnccl.so.2.19.3"``.
+    """
+
+    version: tuple[int, int, int]
+    source: str
+
+    def __str__(self) -> str:
+        return ".".join(map(str, self.version))
+
+
+def parse_nccl_version(text: str | None) -> tuple[int, int, int] | None:
+    """``"2.21.5"`` (or ``"2.21.5-1+cuda12.4"``, ``"2.21"``) -> ``(2, 21, 5)``; None otherwise."""
+    if text is None:
+        return None
+    match = _VERSION.fullmatch(text)
+    if match is None:
+        return None
+    major, minor, patch = match.group(1), match.group(2), match.group(3)
+    if int(major) != 2:  # NCCL 1 is long gone; anything else is not an NCCL version
+        return None
+    return int(major), int(minor), int(patch or 0)
+
+
+def _pip_versions() -> list[NcclVersion]:
+    from importlib import metadata  # noqa: PLC0415  # only the live host pays for the scan
+
+    found = []
+    for name in _DISTRIBUTIONS:
+        try:
+            text = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        except Exception:  # noqa: S112  # a broken dist-info must not break detection
+            continue
+        parsed = parse_nccl_version(text)
+        if parsed is not None:
+            found.append(NcclVersion(parsed, f"{name} {text} (pip)"))
+    return found
+
+
+def _library_dirs(environ: Mapping[str, str]) -> list[str]:
+    dirs = list(_LIBRARY_DIRS)
+    for raw in environ.get("LD_LIBRARY_PATH", "").split(":")[:_MAX_LD_DIRS]:
+        entry = raw.strip().strip("/")
+        if entry and entry not in dirs and ".." not in entry.split("/"):
+            dirs.append(entry)
+    return dirs
+
+
+def _library_versions(root: Root, environ: Mapping[str, str]) -> list[NcclVersion]:
+    found = []
+    for directory in _library_dirs(environ):
+        for name in root.listdir(directory):
+            match = _LIBRARY.fullmatch(name)
+            if match is not None and int(match.group(1)) == 2:
+                version = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+                found.append(NcclVersion(version, f"/{directory}/{name}"))
+    return found
+
+
+def detect_nccl_versions(
+    environ: Mapping[str, str], root: Root, *, override: str | None = None
+) -> tuple[NcclVersion, ...]:
+    """Every piece of evidence of the NCCL version, most likely first.
+
+    Args:
+        environ: Read for ``NCCL_VERSION`` and ``LD_LIBRARY_PATH``.
+        root: ``/`` (which also asks :mod:`importlib.metadata`) or a snapshot.
+        override: A version given by the caller, e.g. ``"2.19.3"``; when it parses, it is the
+            only evidence.
+
+    Returns:
+        e.g. ``(NcclVersion((2, 21, 5), "nvidia-nccl-cu12 2.21.5 (pip)"),)``; empty when
+        nothing was found.
+    """
+    if override is not None:
+        parsed = parse_nccl_version(override)
+        return (NcclVersion(parsed, "given by the caller"),) if parsed else ()
+    found: list[NcclVersion] = []
+    if root.is_live:
+        found.extend(_pip_versions())
+    env_version = parse_nccl_version(environ.get("NCCL_VERSION"))
+    if env_version is not None:
+        found.append(NcclVersion(env_version, "NCCL_VERSION"))
+    found.extend(_library_versions(root, environ))
+    return tuple(found)
+
+
+def known_before(versions: Iterable[NcclVersion], threshold: tuple[int, int]) -> bool | None:
+    """Whether NCCL is known to be older than ``threshold``, e.g. ``(2, 21)``.
+
+    True when every piece of evidence is older, False when every piece is at least that new,
+    None when there is no evidence or it disagrees.
+    """
+    sides = {v.version[:2] < threshold for v in versions}
+    return sides.pop() if len(sides) == 1 else None

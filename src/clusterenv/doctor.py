@@ -1,0 +1,120 @@
+"""``doctor()``: everything one node can tell about what will break a multi-node job.
+
+The checks cover the failure modes of the catalogue that a single node can detect, grouped by
+area:
+
+- the cluster contract (``config-*`` and ``worker-*`` codes, from :mod:`clusterenv.config`);
+- the NCCL, Gloo and TensorPipe variables the user set, and what the plan would change
+  (filter codes from :mod:`clusterenv.filters`, ``ib-*``, ``nccl-*``, ``env-*``);
+- socket interfaces (``socket-ifname-unset``, ``gloo-ifname-unset``, ``cluster-interface-*``);
+- the rendezvous address and route (``primary-*``, ``node-addr-not-local``,
+  ``hostname-loopback``, ``framework-host-ip``);
+- RDMA access (``rdma-*``, ``memlock-too-low``, ``gpudirect-*``);
+- the host (``gpus-*``, ``shm-too-small``, ``primary-port-in-use``, ``launcher-missing``).
+
+Each finding has a stable code (listed with the error text users search for in the
+troubleshooting page), a severity, a title naming the variable, value or interface, the evidence
+and a fix. A laptop with nothing set gets no errors.
+
+Example::
+
+    from clusterenv import doctor
+
+    for finding in doctor():
+        print(finding)          # "error[primary-addr-management]: PRIMARY_ADDR=172.20.0.9 is ..."
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from clusterenv._checks_host import host_checks
+from clusterenv._checks_network import network_checks
+from clusterenv._checks_rdma_access import rdma_checks
+from clusterenv._checks_rendezvous import rendezvous_checks
+from clusterenv._facts import Facts
+from clusterenv._root import Root, as_root
+from clusterenv.findings import Finding, sort_findings
+from clusterenv.nccl import NcclPlan, plan_from_facts
+
+__all__ = ["CHECK_CODES", "diagnose_with_plan", "doctor"]
+
+#: Every finding code the plan and the checks of this module emit (besides the ``config-*`` and
+#: ``worker-*`` codes of :mod:`clusterenv.config` and the codes of :mod:`clusterenv.filters`),
+#: each documented in the troubleshooting page.
+CHECK_CODES: tuple[str, ...] = (
+    # socket interfaces
+    "socket-ifname-unset", "gloo-ifname-unset", "ifname-not-cluster",
+    "cluster-interface-unknown", "cluster-interface-management", "cluster-interface-down",
+    "cluster-interface-no-ipv4", "framework-host-ip",
+    # rendezvous address, ranks, launch
+    "primary-addr-management", "primary-route-management", "primary-route-not-cluster",
+    "primary-unreachable", "node-addr-not-local", "primary-rank-mismatch", "hostname-loopback",
+    "primary-port-in-use", "launcher-missing", "plan-config-invalid",
+    # host
+    "gpus-too-few", "gpus-none-visible", "shm-too-small",
+    # RDMA
+    "rdma-not-openable", "rdma-no-libibverbs", "memlock-too-low", "gpudirect-unavailable",
+    "gpudirect-old-nccl", "ib-disabled", "ib-hca-mixed-fabric", "ib-hca-excluded",
+    "ib-gid-index-wrong", "ib-gid-index-invalid", "ib-gid-index-unneeded",
+    "ib-gid-index-disagree", "ib-gid-index-info",
+    # leftover and deprecated variables
+    "env-deprecated", "env-no-such-timeout", "hang-detection-disabled", "ignore-net-mismatch",
+    "nccl-debug-knob", "nccl-net-contradiction",
+)
+
+# The plan's own "environment is invalid" finding repeats what the config findings say.
+_REDUNDANT = frozenset({"plan-config-invalid"})
+
+
+def diagnose_with_plan(
+    *,
+    environ: Mapping[str, str] | None = None,
+    root: Root | str | os.PathLike[str] = "/",
+    nccl_version: str | None = None,
+    debug: bool = False,
+) -> tuple[list[Finding], NcclPlan, Facts]:
+    """:func:`doctor` and :func:`~clusterenv.plan_nccl_env` from one detection pass.
+
+    Returns:
+        The findings (errors first), the plan, and the facts both were judged from.
+    """
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    facts = Facts(environ=env, root=as_root(root), nccl_version=nccl_version)
+    plan = plan_from_facts(facts, debug=debug)
+    findings: list[Finding] = []
+    if facts.check is not None:
+        findings += facts.check.findings()
+    findings += [f for f in plan.findings if f.code not in _REDUNDANT]
+    findings += network_checks(facts)
+    findings += rendezvous_checks(facts)
+    findings += rdma_checks(facts)
+    findings += host_checks(facts)
+    unique = list(dict.fromkeys(findings))
+    return sort_findings(unique), plan, facts
+
+
+def doctor(
+    *,
+    environ: Mapping[str, str] | None = None,
+    root: Root | str | os.PathLike[str] = "/",
+    nccl_version: str | None = None,
+) -> list[Finding]:
+    """Check this node and explain what will break the job.
+
+    Args:
+        environ: The environment to judge; None reads ``os.environ`` at call time.
+        root: ``/`` for this host, or a host snapshot.
+        nccl_version: Assume this NCCL version (e.g. ``"2.19.3"``) instead of detecting it.
+
+    Returns:
+        Findings, errors first, e.g.
+        ``[Finding("filter-selects-avoided", "error", "NCCL_SOCKET_IFNAME='eth0' selects eth0
+        (Runpod's management interface)", ...)]``; empty when nothing is wrong.
+
+    Raises:
+        DiscoveryError: When ``root`` cannot be read.
+    """
+    findings, _, _ = diagnose_with_plan(environ=environ, root=root, nccl_version=nccl_version)
+    return findings

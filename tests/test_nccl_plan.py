@@ -1,0 +1,496 @@
+"""plan_nccl_env / apply_nccl_defaults: only unset and evidenced values, user values kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clusterenv import ClusterEnvWarning, EnvChange, NcclPlan, apply_nccl_defaults, plan_nccl_env
+from clusterenv._jsonable import to_jsonable
+from clusterenv._nccl_version import detect_nccl_versions, known_before, parse_nccl_version
+from clusterenv._root import Root
+from clusterenv.nccl import PLANNED_VARIABLES
+from clusterenv.testing import HostBuilder, port
+from tests.nccl_hosts import B0_ENV, b0, roce_gids, roce_node
+
+
+def change(plan: NcclPlan, name: str) -> EnvChange:
+    found = [c for c in plan.changes if c.name == name]
+    assert len(found) == 1, plan.changes
+    return found[0]
+
+
+def codes(plan: NcclPlan) -> list[str]:
+    return [f.code for f in plan.findings]
+
+
+# -- sockets ---------------------------------------------------------------------------------
+
+
+def test_b0_sets_the_three_socket_variables_to_ens1(tmp_path: Path) -> None:
+    b0(tmp_path)
+    plan = plan_nccl_env(environ=B0_ENV, root=tmp_path)
+    assert plan.env == {
+        "NCCL_SOCKET_IFNAME": "ens1", "GLOO_SOCKET_IFNAME": "ens1", "TP_SOCKET_IFNAME": "ens1",
+    }
+    assert all(c.action == "set" and c.previous is None for c in plan.changes)
+    nccl = change(plan, "NCCL_SOCKET_IFNAME")
+    assert "ens1 holds NODE_ADDR 10.65.0.2" in nccl.reason
+    assert "eth0 (172.20.0.5), Runpod's management interface" in nccl.reason
+    assert plan.multi_node and plan.cluster_interface == "ens1"
+    assert plan.findings == ()
+
+
+def test_prefix_sibling_gets_exact_nccl_value_but_plain_gloo(tmp_path: Path) -> None:
+    b0(tmp_path).interface("ens10", addresses=["10.66.0.2/24"])
+    plan = plan_nccl_env(environ=B0_ENV, root=tmp_path)
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "=ens1"
+    assert plan.env["GLOO_SOCKET_IFNAME"] == "ens1"
+    assert plan.env["TP_SOCKET_IFNAME"] == "ens1"
+    assert "also matches ens10" in change(plan, "NCCL_SOCKET_IFNAME").reason
+
+
+def test_single_node_sets_nothing_and_says_so(tmp_path: Path) -> None:
+    HostBuilder(tmp_path).loopback().interface("eth0", addresses=["192.168.1.5/24"])
+    plan = plan_nccl_env(environ={}, root=tmp_path)
+    assert plan.changes == () and plan.env == {} and plan.nothing_to_do
+    assert not plan.multi_node
+    assert any("single node" in note and "nothing to set" in note for note in plan.notes)
+
+
+def test_single_node_still_reports_a_user_value_that_matches_nothing(tmp_path: Path) -> None:
+    HostBuilder(tmp_path).loopback().interface("eth0", addresses=["192.168.1.5/24"])
+    plan = plan_nccl_env(environ={"NCCL_SOCKET_IFNAME": "ens9"}, root=tmp_path)
+    assert plan.env == {}
+    kept = change(plan, "NCCL_SOCKET_IFNAME")
+    assert kept.action == "keep" and kept.harmful and kept.planned is None
+    assert "filter-matches-nothing" in codes(plan)
+
+
+def test_user_value_is_kept_and_reported(tmp_path: Path) -> None:
+    b0(tmp_path)
+    plan = plan_nccl_env(environ={**B0_ENV, "NCCL_SOCKET_IFNAME": "eth0"}, root=tmp_path)
+    kept = change(plan, "NCCL_SOCKET_IFNAME")
+    assert (kept.action, kept.value, kept.previous) == ("keep", "eth0", "eth0")
+    assert kept.planned == "ens1"
+    assert kept.harmful and kept.origin == "environment"
+    assert "NCCL_SOCKET_IFNAME" not in plan.env
+    assert plan.env["GLOO_SOCKET_IFNAME"] == "ens1"
+    assert "filter-selects-avoided" in codes(plan)
+
+
+def test_override_replaces_the_user_value(tmp_path: Path) -> None:
+    b0(tmp_path)
+    environ = {**B0_ENV, "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+    plan = plan_nccl_env(environ=environ, root=tmp_path, override=True)
+    overridden = change(plan, "GLOO_SOCKET_IFNAME")
+    assert (overridden.action, overridden.value) == ("override", "ens1")
+    assert overridden.previous == "eth0"
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "ens1"
+
+
+def test_user_value_with_the_same_effect_is_kept_quietly(tmp_path: Path) -> None:
+    b0(tmp_path)
+    plan = plan_nccl_env(environ={**B0_ENV, "NCCL_SOCKET_IFNAME": "=ens1"}, root=tmp_path,
+                         override=True)
+    kept = change(plan, "NCCL_SOCKET_IFNAME")
+    assert kept.action == "keep" and not kept.harmful
+    assert "same effect" in kept.reason
+    assert plan.findings == ()
+
+
+def test_values_from_nccl_conf_count_as_set_by_the_user(tmp_path: Path) -> None:
+    b0(tmp_path).file("etc/nccl.conf", "NCCL_SOCKET_IFNAME=eth0\nNCCL_DEBUG=WARN\n")
+    plan = plan_nccl_env(environ=B0_ENV, root=tmp_path, debug=True)
+    kept = change(plan, "NCCL_SOCKET_IFNAME")
+    assert kept.action == "keep" and kept.origin == "/etc/nccl.conf" and kept.harmful
+    assert "in /etc/nccl.conf" in kept.reason
+    debug = change(plan, "NCCL_DEBUG")
+    assert debug.action == "keep" and debug.value == "WARN" and not debug.harmful
+    # Gloo does not read NCCL's config file.
+    assert plan.env["GLOO_SOCKET_IFNAME"] == "ens1"
+    finding = next(f for f in plan.findings if f.code == "filter-selects-avoided")
+    assert "set in /etc/nccl.conf" in finding.evidence
+
+
+def test_home_nccl_conf_beats_etc_and_override_sets_the_environment(tmp_path: Path) -> None:
+    b0(tmp_path).file("home/ada/.nccl.conf", "NCCL_SOCKET_IFNAME=lo\n").file(
+        "etc/nccl.conf", "NCCL_SOCKET_IFNAME=eth0\n")
+    environ = {**B0_ENV, "HOME": "/home/ada"}
+    plan = plan_nccl_env(environ=environ, root=tmp_path)
+    assert change(plan, "NCCL_SOCKET_IFNAME").origin == "/home/ada/.nccl.conf"
+    applied = apply_nccl_defaults(environ, override=True, root=tmp_path)  # replaced: no warning
+    assert change(applied, "NCCL_SOCKET_IFNAME").action == "override"
+    assert environ["NCCL_SOCKET_IFNAME"] == "ens1"  # the environment wins over NCCL's files
+
+
+def test_debug_sets_both_debug_variables_even_on_one_node(tmp_path: Path) -> None:
+    HostBuilder(tmp_path).loopback()
+    plan = plan_nccl_env(environ={}, root=tmp_path, debug=True)
+    assert plan.env == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+    assert plan_nccl_env(environ={}, root=tmp_path).env == {}
+
+
+def test_cluster_interface_unknown_sets_nothing(tmp_path: Path) -> None:
+    b0(tmp_path)
+    environ = {"MASTER_ADDR": "trainer-0.example", "NUM_NODES": "2", "NUM_TRAINERS": "8"}
+    plan = plan_nccl_env(environ=environ, root=tmp_path)
+    assert plan.env == {}
+    finding = next(f for f in plan.findings if f.code == "cluster-interface-unknown")
+    assert "host name" in finding.evidence[0]
+
+
+def test_runpod_node_addr_on_management_sets_nothing(tmp_path: Path) -> None:
+    b0(tmp_path)
+    environ = {**B0_ENV, "NODE_ADDR": "172.20.0.5", "NODE_RANK": "1"}
+    plan = plan_nccl_env(environ=environ, root=tmp_path)
+    assert plan.env == {}
+    finding = next(f for f in plan.findings if f.code == "cluster-interface-management")
+    assert finding.severity == "error" and "eth0 (172.20.0.5)" in finding.title
+    assert plan.cluster_interface is None
+
+
+def test_generic_source_uses_evidence_without_runpod_rules(tmp_path: Path) -> None:
+    """Elsewhere eth0 and 172.x are not special: the subnet of MASTER_ADDR decides."""
+    b0(tmp_path)
+    environ = {"MASTER_ADDR": "172.20.0.9", "MASTER_PORT": "29500", "NUM_NODES": "2",
+               "NODE_RANK": "1", "NUM_TRAINERS": "8"}
+    plan = plan_nccl_env(environ=environ, root=tmp_path)
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert "eth0 (172.20.0.5/16) is on the subnet of MASTER_ADDR 172.20.0.9" in change(
+        plan, "NCCL_SOCKET_IFNAME").reason
+    assert plan.findings == ()
+
+
+def test_invalid_environment_becomes_a_finding(tmp_path: Path) -> None:
+    b0(tmp_path)
+    plan = plan_nccl_env(environ={**B0_ENV, "WORLD_SIZE": "2"}, root=tmp_path)
+    assert plan.env == {}
+    assert codes(plan) == ["plan-config-invalid"]
+    assert "WORLD_SIZE" in plan.findings[0].evidence[0]
+
+
+def test_plan_is_json_with_attribute_names(tmp_path: Path) -> None:
+    b0(tmp_path)
+    data = to_jsonable(plan_nccl_env(environ=B0_ENV, root=tmp_path))
+    json.dumps(data)
+    assert set(data) >= {"changes", "findings", "notes", "env", "cluster_interface"}
+    assert set(data["changes"][0]) == {"name", "value", "previous", "action", "reason", "origin",
+                                       "planned", "harmful"}
+
+
+# -- RDMA ------------------------------------------------------------------------------------
+
+
+def test_fm09_hca_list_leaves_out_down_and_management_ports(tmp_path: Path) -> None:
+    host = roce_node(tmp_path)
+    host.rdma_device("mlx5_8", port(state="DOWN", link_layer="Ethernet", netdev="ens9"))
+    host.rdma_device("mlx5_9", port(link_layer="Ethernet", netdev="eth0",
+                                    gids=roce_gids("172.20.0.5", "eth0")))
+    plan = plan_nccl_env(environ=B0_ENV, root=tmp_path)
+    assert plan.env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+    excluded = next(f for f in plan.findings if f.code == "ib-hca-excluded")
+    assert excluded.severity == "info"
+    assert "mlx5_8:1: port DOWN" in excluded.evidence
+    assert "mlx5_9:1: netdev eth0 is Runpod's management interface" in excluded.evidence
+
+
+def test_ib_fabric_leaves_out_the_roce_front_end(tmp_path: Path) -> None:
+    """8 InfiniBand rails beside a BlueField RoCE bond (gpud's H100 capture)."""
+    host = b0(tmp_path).interface("bond0", addresses=["10.1.0.5/16"], kind="bond")
+    for i in range(8):
+        host.rdma_device(f"mlx5_{i}", port(link_layer="InfiniBand"))
+    host.rdma_device("mlx5_bond_0", port(link_layer="Ethernet", netdev="bond0",
+                                         rate="200 Gb/sec (2X NDR)"))
+    plan = plan_nccl_env(environ=B0_ENV, root=tmp_path)
+    assert plan.env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+    assert "NCCL_IB_GID_INDEX" not in plan.env
+    assert any("mlx5_bond_0:1: link layer differs" in e
+               for f in plan.findings for e in f.evidence)
+
+
+def test_front_end_with_the_default_route_is_left_out(tmp_path: Path) -> None:
+    """Generic RoCE host: rails plus a bonded front-end that carries the default route."""
+    host = b0(tmp_path, routes=[("bond0", "0.0.0.0/0", "10.1.0.1"),
+                                ("bond0", "10.1.0.0/16", None), ("ens1", "10.65.0.0/24", None)])
+    host.interface("bond0", addresses=["10.1.0.5/16"], kind="bond")
+    host.rdma_device("mlx5_0", port(link_layer="Ethernet", netdev="ens1",
+                                    gids=roce_gids("10.65.0.2", "ens1")))
+    host.rdma_device("mlx5_1", port(link_layer="Ethernet", netdev="bond0",
+                                    gids=roce_gids("10.1.0.5", "bond0")))
+    environ = {"MASTER_ADDR": "10.65.0.2", "NUM_NODES": "2", "NUM_TRAINERS": "8"}
+    plan = plan_nccl_env(environ=environ, root=tmp_path)
+    assert plan.env["NCCL_IB_HCA"] == "=mlx5_0:1"
+
+
+def test_rdma_in_sysfs_without_device_nodes_sets_no_hca(tmp_path: Path) -> None:
+    b0(tmp_path).rdma_device("mlx5_0", port(link_layer="Ethernet", netdev="ens1"),
+                             dev_node=False)
+    plan = plan_nccl_env(environ=B0_ENV, root=tmp_path)
+    assert "NCCL_IB_HCA" not in plan.env
+    assert any("no usable RDMA port" in n for n in plan.notes)
+
+
+def test_efa_is_never_listed(tmp_path: Path) -> None:
+    host = b0(tmp_path)
+    for i in range(2):
+        host.rdma_device(f"rdmap{85 + i}s0", port(link_layer="Unknown"), node_type="7: unspecified",
+                         hca_type=None)
+    plan = plan_nccl_env(environ=B0_ENV, root=tmp_path)
+    assert "NCCL_IB_HCA" not in plan.env and "NCCL_IB_GID_INDEX" not in plan.env
+
+
+def test_no_rdma_sets_nothing_rdma_related(tmp_path: Path) -> None:
+    b0(tmp_path)
+    plan = plan_nccl_env(environ=B0_ENV, root=tmp_path)
+    assert not set(plan.env) & {"NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_DISABLE"}
+    assert "NCCL_IB_HCA left unset: no RDMA device on this node" in plan.notes
+
+
+@pytest.mark.parametrize(
+    ("version_file", "expected"),
+    [("libnccl.so.2.19.3", "3"), ("libnccl.so.2.21.5", None), (None, None)],
+)
+def test_fm27_gid_index_only_for_old_nccl(
+    tmp_path: Path, version_file: str | None, expected: str | None
+) -> None:
+    host = roce_node(tmp_path, rails=2)
+    if version_file:
+        host.file(f"usr/lib/x86_64-linux-gnu/{version_file}", "")
+    plan = plan_nccl_env(environ=B0_ENV, root=tmp_path)
+    assert plan.env.get("NCCL_IB_GID_INDEX") == expected
+    if version_file is None:
+        info = next(f for f in plan.findings if f.code == "ib-gid-index-info")
+        assert info.severity == "info" and "index 3" in info.title
+    elif expected is None:
+        assert any("chooses index 3 itself" in n for n in plan.notes)
+
+
+def test_gid_index_not_set_when_ports_disagree(tmp_path: Path) -> None:
+    host = b0(tmp_path).interface("ens2", addresses=["10.65.1.2/24"])
+    host.rdma_device("mlx5_0", port(link_layer="Ethernet", netdev="ens1",
+                                    gids=roce_gids("10.65.0.2", "ens1", 3)))
+    host.rdma_device("mlx5_1", port(link_layer="Ethernet", netdev="ens2",
+                                    gids=roce_gids("10.65.1.2", "ens2", 5)))
+    plan = plan_nccl_env(environ={**B0_ENV, "NCCL_VERSION": "2.18.3"}, root=tmp_path)
+    assert plan.env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+    assert "NCCL_IB_GID_INDEX" not in plan.env
+    finding = next(f for f in plan.findings if f.code == "ib-gid-index-disagree")
+    assert finding.severity == "warning" and "mlx5_1:1 -> 5" in finding.evidence[0]
+
+
+def test_nccl_version_sources(tmp_path: Path) -> None:
+    HostBuilder(tmp_path).file("opt/nccl/lib/libnccl.so.2.19.3", "").file(
+        "custom/lib/libnccl.so.2.23.4", "")
+    root = Root(tmp_path)
+    found = detect_nccl_versions({"NCCL_VERSION": "2.21.5", "LD_LIBRARY_PATH": "/custom/lib"},
+                                 root)
+    assert [(str(v), v.source) for v in found] == [
+        ("2.21.5", "NCCL_VERSION"),
+        ("2.19.3", "/opt/nccl/lib/libnccl.so.2.19.3"),
+        ("2.23.4", "/custom/lib/libnccl.so.2.23.4"),
+    ]
+    assert known_before(found, (2, 21)) is None  # the evidence disagrees
+    assert known_before(found[:1], (2, 21)) is False
+    assert known_before(found[1:2], (2, 21)) is True
+    assert known_before((), (2, 21)) is None
+    assert parse_nccl_version("2.21.5-1+cuda12.4") == (2, 21, 5)
+    assert parse_nccl_version("12.4") is None
+
+
+# -- apply -----------------------------------------------------------------------------------
+
+
+def test_apply_sets_the_mapping_and_is_idempotent(tmp_path: Path) -> None:
+    b0(tmp_path)
+    environ = dict(B0_ENV)
+    first = apply_nccl_defaults(environ, root=tmp_path)
+    assert environ == {**B0_ENV, **first.env}
+    snapshot = dict(environ)
+    second = apply_nccl_defaults(environ, root=tmp_path)
+    assert environ == snapshot
+    assert second.env == {} and all(c.action == "keep" and not c.harmful for c in second.changes)
+
+
+def test_apply_warns_about_harmful_kept_values(tmp_path: Path) -> None:
+    b0(tmp_path)
+    environ = {**B0_ENV, "GLOO_SOCKET_IFNAME": "eth0", "NCCL_P2P_DISABLE": "1"}
+    with pytest.warns(ClusterEnvWarning) as caught:
+        apply_nccl_defaults(environ, root=tmp_path)
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith("GLOO_SOCKET_IFNAME='eth0' kept") for m in messages)
+    assert any(m.startswith("NCCL_P2P_DISABLE='1' kept") for m in messages)
+    assert environ["GLOO_SOCKET_IFNAME"] == "eth0" and environ["NCCL_P2P_DISABLE"] == "1"
+
+
+@pytest.fixture
+def initialised_torch_distributed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``torch.distributed`` in ``sys.modules`` whose default group exists."""
+    fake = types.ModuleType("torch.distributed")
+    fake.is_initialized = lambda: True  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)
+
+
+@pytest.mark.usefixtures("initialised_torch_distributed")
+def test_apply_warns_when_torch_distributed_is_initialised(tmp_path: Path) -> None:
+    b0(tmp_path)
+    with pytest.warns(ClusterEnvWarning, match="already initialised"):
+        apply_nccl_defaults(dict(B0_ENV), root=tmp_path)
+
+
+@pytest.mark.usefixtures("initialised_torch_distributed")
+def test_no_late_warning_when_nothing_changes(tmp_path: Path) -> None:
+    HostBuilder(tmp_path).loopback()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        apply_nccl_defaults({}, root=tmp_path)
+
+
+def test_apply_defaults_to_os_environ_in_a_fresh_process(tmp_path: Path) -> None:
+    b0(tmp_path)
+    code = (
+        "import os, clusterenv; plan = clusterenv.apply_nccl_defaults(root=os.environ['ROOT']); "
+        "print(os.environ['NCCL_SOCKET_IFNAME'], os.environ['GLOO_SOCKET_IFNAME'], "
+        "'torch' in __import__('sys').modules)"
+    )
+    env = {**B0_ENV, "ROOT": str(tmp_path), "PATH": os.environ.get("PATH", "")}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["ens1", "ens1", "False"]
+
+
+# -- properties ------------------------------------------------------------------------------
+
+_NAMES = st.sampled_from([
+    *PLANNED_VARIABLES, *B0_ENV, "NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_NET", "RANK",
+    "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "CUDA_VISIBLE_DEVICES", "NCCL_CONF_FILE", "HOME",
+    "NCCL_ASYNC_ERROR_HANDLING", "VLLM_HOST_IP",
+])
+_VALUES = st.one_of(
+    st.sampled_from(["", "0", "1", "2", "eth0", "ens1", "=ens1", "^lo", "10.65.0.2",
+                     "172.20.0.9", "mlx5_0", "localhost", "29500", "16", "INFO", "-1", "3"]),
+    st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\0"), max_size=12),
+)
+_ENVIRONS = st.dictionaries(_NAMES, _VALUES, max_size=10).map(
+    lambda extra: {**B0_ENV, **extra}
+) | st.dictionaries(_NAMES, _VALUES, max_size=10)
+
+
+@pytest.fixture(scope="module")
+def roce_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("roce")
+    roce_node(root, rails=2).interface("ens10", addresses=["10.66.0.2/24"]).file(
+        "etc/nccl.conf", "NCCL_IB_HCA=mlx5\n")
+    return root
+
+
+def _apply_quietly(environ: dict[str, str], root: Path, **kwargs: bool) -> NcclPlan:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClusterEnvWarning)
+        return apply_nccl_defaults(environ, root=root, **kwargs)
+
+
+_PROPERTY = settings(max_examples=60, deadline=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@_PROPERTY
+@given(environ=_ENVIRONS, debug=st.booleans())
+def test_property_apply_never_changes_a_variable_set_before(
+    roce_root: Path, environ: dict[str, str], debug: bool
+) -> None:
+    before = dict(environ)
+    plan = _apply_quietly(environ, roce_root, debug=debug)
+    assert {k: environ[k] for k in before} == before
+    assert set(environ) - set(before) == set(plan.env) <= set(PLANNED_VARIABLES)
+
+
+@_PROPERTY
+@given(environ=_ENVIRONS, debug=st.booleans(), override=st.booleans())
+def test_property_applying_twice_equals_once(
+    roce_root: Path, environ: dict[str, str], debug: bool, override: bool
+) -> None:
+    _apply_quietly(environ, roce_root, debug=debug, override=override)
+    once = dict(environ)
+    second = _apply_quietly(environ, roce_root, debug=debug, override=override)
+    assert environ == once
+    assert second.env == {}
+
+
+@_PROPERTY
+@given(environ=_ENVIRONS)
+def test_property_plan_never_raises(roce_root: Path, environ: dict[str, str]) -> None:
+    plan = plan_nccl_env(environ=environ, root=roce_root)
+    assert set(plan.env) <= set(PLANNED_VARIABLES)
+    assert "NCCL_IB_DISABLE" not in plan.env
+
+
+# -- real captures (tests/profiles) ------------------------------------------------------------
+
+#: Profile -> the ports NCCL_IB_HCA must list (None: left unset), from what each capture shows.
+EXPECTED_HCAS: dict[str, tuple[str, ...] | None] = {
+    # 8 InfiniBand rails; the BlueField RoCE LAG is a minority link layer.
+    "ib-ndr-bf3-bond-sysfs": ("mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7",
+                              "mlx5_8", "mlx5_9"),
+    "ib-ndr-bf3-bond-ibstat": ("mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7",
+                               "mlx5_8", "mlx5_9"),
+    # The one ACTIVE CX6 Dx Ethernet port is the front-end; three others are down.
+    "ib-ndr-cx6dx-some-down": ("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9",
+                               "mlx5_10", "mlx5_11"),
+    # All RoCE: the 100 GbE CX6 Dx ports are slower than the 400 GbE rails.
+    "roce-cx7-400g-cx6dx-100g": ("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9",
+                                 "mlx5_10", "mlx5_11"),
+    "roce-cx7-12dev-2down": tuple(f"mlx5_{i}" for i in range(8)),
+    # Azure-style VMs: the Ethernet VF is left out.
+    "a100-vf-mt4126-eth-vf": tuple(f"mlx5_{i}" for i in range(1, 9)),
+    "azure-a100-ibstatus": tuple(f"mlx5_{i}" for i in range(8)),
+    "a100-vf-mt4124-exit255": tuple(f"mlx5_{i}" for i in range(8)),
+    "efa-p5en-16dev": None,  # EFA needs the aws-ofi-nccl plugin, not NCCL_IB_HCA
+    "container-only-uverbs1": ("mlx5_1",),  # the only device given to the container
+    "container-bond-no-rdma": None,
+    # bond0 (two 200 GbE ports) is the front-end beside eight 400 GbE rails.
+    "roce-bond0-ibdev2netdev": ("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9",
+                                "mlx5_10", "mlx5_11"),
+    "roce-4nodes-aihub0008": ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_5", "mlx5_6", "mlx5_7",
+                              "mlx5_8", "mlx5_11"),
+    "roce-show-gids-mlx5_0": ("mlx5_0",),
+    "roce-bond-gid-list": ("mlx5_bond_0",),
+}
+
+
+def test_every_profile_has_an_expected_hca_list() -> None:
+    from tests.profiles import PROFILES
+
+    assert set(EXPECTED_HCAS) == set(PROFILES)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_HCAS))
+def test_hca_list_on_real_captures(tmp_path: Path, name: str) -> None:
+    from tests.profiles import PROFILES
+
+    profile = PROFILES[name]
+    root = profile.build(tmp_path)
+    environ = {"MASTER_ADDR": "10.0.0.1", "NUM_NODES": "2", "NUM_TRAINERS": "8",
+               "NCCL_VERSION": "2.19.3"}
+    plan = plan_nccl_env(environ=environ, root=root)
+    devices = EXPECTED_HCAS[name]
+    if devices is None:
+        assert "NCCL_IB_HCA" not in plan.env
+        return
+    assert plan.env["NCCL_IB_HCA"] == "=" + ",".join(f"{d}:1" for d in devices)
+    listed = [profile.ports[f"{d}:1"] for d in devices]
+    indexes = {p.nccl_gid_index for p in listed}
+    roce = all(p.link_layer == "Ethernet" for p in listed)
+    agreed = roce and len(indexes) == 1 and None not in indexes
+    expected_gid = str(indexes.pop()) if agreed else None
+    assert plan.env.get("NCCL_IB_GID_INDEX") == expected_gid
