@@ -78,3 +78,20 @@ def test_first_model_access_pays_for_pydantic() -> None:
     loaded = _modules_after("import clusterenv; clusterenv.ClusterConfig")
     assert "pydantic" in loaded
     assert "netifaces" not in loaded and "torch" not in loaded
+
+
+def test_exported_functions_are_not_shadowed_by_submodules() -> None:
+    # Importing every submodule first must not turn a public function into a module object.
+    code = (
+        "import importlib, pkgutil, clusterenv\n"
+        "for m in pkgutil.walk_packages(clusterenv.__path__, 'clusterenv.'):\n"
+        "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
+        "import types\n"
+        "bad = [n for n in clusterenv.__all__ if isinstance(getattr(clusterenv, n), types.ModuleType)]\n"
+        "print('BAD ' + ' '.join(bad) if bad else 'ok')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    assert out.strip() == "ok", out

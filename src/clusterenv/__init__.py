@@ -34,7 +34,7 @@ _LAZY: dict[str, str] = {
     "plan_nccl_env": "clusterenv.nccl",
     "apply_nccl_defaults": "clusterenv.nccl",
     "Finding": "clusterenv.findings",
-    "doctor": "clusterenv.doctor",
+    "doctor": "clusterenv.diagnosis",
     "ClusterEnvError": "clusterenv.errors",
     "ConfigError": "clusterenv.errors",
     "DiscoveryError": "clusterenv.errors",
@@ -68,7 +68,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from clusterenv.config import ClusterConfig, ProcessContext
-    from clusterenv.doctor import doctor
+    from clusterenv.diagnosis import doctor
     from clusterenv.errors import (
         ClusterEnvError,
         ClusterEnvWarning,

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print findings; exit 1 on errors (with ``--strict`` also on warnings), else 0."""
-    from clusterenv.doctor import diagnose_with_plan  # heavy imports on use
+    from clusterenv.diagnosis import diagnose_with_plan  # heavy imports on use
 
     environ, root = host_context(args)
     findings, _, facts = diagnose_with_plan(environ=environ, root=root)

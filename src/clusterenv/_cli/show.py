@@ -127,7 +127,7 @@ def _plan_text(plan: NcclPlan) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print every part; exit 0, or 2 when the environment or host cannot be read."""
-    from clusterenv.doctor import diagnose_with_plan  # heavy imports on use
+    from clusterenv.diagnosis import diagnose_with_plan  # heavy imports on use
     from clusterenv.errors import ConfigError
 
     environ, root = host_context(args)

@@ -1,5 +1,8 @@
 """``doctor()``: everything one node can tell about what will break a multi-node job.
 
+(The module is ``clusterenv.diagnosis`` rather than ``clusterenv.doctor`` so that the submodule
+never shadows the ``clusterenv.doctor`` function once imported.)
+
 The checks cover the failure modes of the catalogue that a single node can detect, grouped by
 area:
 
