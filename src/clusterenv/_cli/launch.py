@@ -1,0 +1,126 @@
+"""``clusterenv launch``: apply the NCCL plan, then become torchrun with the cluster's arguments.
+
+``clusterenv launch -- train.py --lr 3e-4`` on every node replaces itself with ``torchrun
+--nnodes=… --nproc-per-node=… --node-rank=… --rdzv-backend=static --master-addr=…
+--master-port=… train.py --lr 3e-4`` in an environment with the planned ``NCCL_*``/``GLOO_*``
+settings; the job's exit status is torchrun's. ``--dry-run`` prints the command and the
+environment changes instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import warnings
+from typing import TYPE_CHECKING, TextIO
+
+from clusterenv._cli._common import (
+    add_json,
+    add_root,
+    emit_json,
+    host_context,
+    render_findings,
+    table,
+)
+
+if TYPE_CHECKING:
+    from clusterenv.launch import LaunchPlan
+
+HELP = "apply the NCCL/Gloo plan, then run torchrun with this cluster's arguments"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: expected at least 1 process per node")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--dry-run``, ``--nproc-per-node``, ``--override``, ``--debug``, ``--quiet``, ``--json``,
+    ``--root`` and the command."""
+    parser.usage = "%(prog)s [options] [--] SCRIPT [ARGS ...]"
+    parser.add_argument(
+        "--dry-run", action="store_true",
+        help="print the torchrun command and the environment changes; run nothing",
+    )
+    parser.add_argument(
+        "--nproc-per-node", type=_positive, metavar="N", default=None,
+        help="processes on this node (default: NUM_TRAINERS, else the visible GPUs, else 1)",
+    )
+    parser.add_argument(
+        "--override", action="store_true",
+        help="replace NCCL/Gloo values you set that differ from the evidenced ones",
+    )
+    parser.add_argument(
+        "--debug", action="store_true",
+        help="also set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET when unset",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true",
+        help="do not print the command and the changes before starting it",
+    )
+    add_json(parser)
+    add_root(parser)
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS ...]",
+        help="the training script and its arguments; torchrun options may come first "
+        "(`-- --max-restarts=3 train.py`) and win over clusterenv's",
+    )
+
+
+def _summary(plan: LaunchPlan, stream: TextIO) -> str:
+    rows = [(c.action, c.name, c.value, c.reason) for c in plan.nccl.changes]
+    env = (
+        table(rows, ("action", "variable", "value", "reason"))
+        if rows
+        else "no changes" + "".join(f"\n  {note}" for note in plan.nccl.notes)
+    )
+    parts = [f"command:\n  {shlex.join(plan.command)}", f"environment:\n{env}"]
+    if plan.findings:
+        parts.append(render_findings(plan.findings, stream))
+    return "\n\n".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exec torchrun (never returns), or print the plan with ``--dry-run`` and return 0."""
+    from clusterenv.errors import LaunchError
+    from clusterenv.launch import exec_plan, plan_launch
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if args.json and not args.dry_run:
+        raise LaunchError("--json needs --dry-run: a running job owns stdout")
+    if args.root is not None and not args.dry_run:
+        raise LaunchError(
+            "--root needs --dry-run: a snapshot describes another host, and the job would run "
+            "on this one"
+        )
+    environ, root = host_context(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # findings are printed below, once
+        plan = plan_launch(
+            command, environ=environ, root=root, nproc_per_node=args.nproc_per_node,
+            override=args.override, debug=args.debug,
+            torchrun=["torchrun"] if args.root is not None else None,
+        )
+    if not args.dry_run:
+        if not args.quiet:
+            print(f"clusterenv launch: {_summary(plan, sys.stderr)}\n", file=sys.stderr)
+        exec_plan(plan)
+    if args.json:
+        emit_json({
+            "config": plan.config,
+            "command": list(plan.command),
+            "env": plan.changes,
+            "plan": plan.nccl,
+            "findings": list(plan.findings),
+        })
+    else:
+        print(_summary(plan, sys.stdout))
+    return 0

@@ -1,0 +1,453 @@
+"""Launcher arguments and environments rendered from one :class:`~clusterenv.ClusterConfig`.
+
+One config, every launcher: ``torchrun`` arguments and the ``PET_*`` variables torchrun reads
+in their place, ``accelerate launch`` arguments, ``deepspeed --no_ssh`` arguments with the
+hostfile and ``.deepspeed_env`` it needs, and :func:`launch`, which applies the NCCL plan and
+replaces this process with torchrun (what ``clusterenv launch`` does).
+
+Every renderer uses a static rendezvous on ``PRIMARY_ADDR:PRIMARY_PORT`` with this node's
+``NODE_RANK``: Runpod does not support torchrun's dynamic ``c10d`` rendezvous, which advertises
+the host name (often ``127.0.1.1`` in ``/etc/hosts``) to the other nodes. On a machine with no
+cluster variables (the ``local`` source) torchrun gets ``--standalone`` instead, so a busy port
+29500 never gets in the way.
+
+Example::
+
+    from clusterenv import ClusterConfig
+    from clusterenv.launch import accelerate_args, torchrun_args
+
+    cfg = ClusterConfig.from_env()
+    torchrun_args(cfg)    # ['--nnodes=2', '--nproc-per-node=8', '--node-rank=1', ...]
+    accelerate_args(cfg)  # ['--num_machines=2', '--machine_rank=1', ..., '--num_processes=16']
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from clusterenv._gpus import visible_gpu_count
+from clusterenv._root import Root, as_root
+from clusterenv.config import ClusterConfig
+from clusterenv.errors import LaunchError
+from clusterenv.findings import Finding
+from clusterenv.nccl import NcclPlan, plan_nccl_env
+
+__all__ = [
+    "TORCHRUN_MODULE",
+    "LaunchPlan",
+    "accelerate_args",
+    "deepspeed_args",
+    "deepspeed_env_text",
+    "deepspeed_hostfile_text",
+    "exec_plan",
+    "find_torchrun",
+    "launch",
+    "plan_launch",
+    "torchrun_args",
+    "torchrun_env",
+    "write_deepspeed_env",
+]
+
+#: The module ``python -m`` runs when no ``torchrun`` script is on ``PATH``.
+TORCHRUN_MODULE = "torch.distributed.run"
+
+_INSTALL_TORCH = "pip install torch (the CPU wheel is enough to launch)"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _nproc(config: ClusterConfig, nproc_per_node: int | None) -> int:
+    nproc = config.num_trainers if nproc_per_node is None else nproc_per_node
+    if nproc < 1:
+        raise ValueError(f"nproc_per_node={nproc}: expected at least 1 process per node")
+    return nproc
+
+
+# -- torchrun ----------------------------------------------------------------------------------
+
+
+def torchrun_args(config: ClusterConfig, *, nproc_per_node: int | None = None) -> list[str]:
+    """torchrun's arguments for this node (everything before the script).
+
+    Args:
+        config: The cluster contract.
+        nproc_per_node: Processes on this node; ``config.num_trainers`` by default.
+
+    Returns:
+        On a cluster, e.g. ``["--nnodes=2", "--nproc-per-node=8", "--node-rank=1",
+        "--rdzv-backend=static", "--master-addr=10.65.0.2", "--master-port=29500"]``;
+        on the local default ``["--standalone", "--nnodes=1", "--nproc-per-node=1"]``.
+    """
+    nproc = _nproc(config, nproc_per_node)
+    if config.source == "local":
+        return ["--standalone", "--nnodes=1", f"--nproc-per-node={nproc}"]
+    return config.torchrun_args(nproc_per_node=nproc)
+
+
+def torchrun_env(config: ClusterConfig, *, nproc_per_node: int | None = None) -> dict[str, str]:
+    """The ``PET_*`` variables that make a bare ``torchrun train.py`` launch this node.
+
+    torchrun reads every option it is not given from ``PET_<OPTION>`` (``--nproc-per-node`` from
+    ``PET_NPROC_PER_NODE``); options on the command line still win.
+
+    Args:
+        config: The cluster contract.
+        nproc_per_node: Processes on this node; ``config.num_trainers`` by default.
+
+    Returns:
+        e.g. ``{"PET_NNODES": "2", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "1",
+        "PET_RDZV_BACKEND": "static", "PET_MASTER_ADDR": "10.65.0.2",
+        "PET_MASTER_PORT": "29500"}``.
+    """
+    nproc = _nproc(config, nproc_per_node)
+    if config.source == "local":
+        return {"PET_STANDALONE": "1", "PET_NNODES": "1", "PET_NPROC_PER_NODE": str(nproc)}
+    return {
+        "PET_NNODES": str(config.num_nodes),
+        "PET_NPROC_PER_NODE": str(nproc),
+        "PET_NODE_RANK": str(config.node_rank),
+        "PET_RDZV_BACKEND": "static",
+        "PET_MASTER_ADDR": config.primary_addr,
+        "PET_MASTER_PORT": str(config.primary_port),
+    }
+
+
+def find_torchrun(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The command that starts torchrun: ``torchrun`` on ``PATH``, else ``python -m``.
+
+    Falls back to ``sys.executable -m torch.distributed.run`` only when this interpreter can
+    import torch (checked without importing it).
+
+    Args:
+        environ: Where ``PATH`` is read; None reads ``os.environ``.
+
+    Returns:
+        e.g. ``["/opt/venv/bin/torchrun"]`` or ``["/usr/bin/python3", "-m",
+        "torch.distributed.run"]``.
+
+    Raises:
+        LaunchError: When neither exists, naming torchrun and how to install it.
+    """
+    env = os.environ if environ is None else environ
+    path = env.get("PATH", os.defpath)
+    found = shutil.which("torchrun", path=path)
+    if found is not None:
+        return [os.path.abspath(found)]
+    if importlib.util.find_spec("torch") is not None:
+        return [sys.executable, "-m", TORCHRUN_MODULE]
+    raise LaunchError(
+        f"torchrun not found: it is not on PATH ({path or 'empty'}) and {sys.executable} "
+        f"cannot import torch; install PyTorch in the environment that runs the job "
+        f"({_INSTALL_TORCH}) or put its bin directory on PATH"
+    )
+
+
+# -- accelerate --------------------------------------------------------------------------------
+
+
+def accelerate_args(config: ClusterConfig, *, nproc_per_node: int | None = None) -> list[str]:
+    """``accelerate launch`` arguments for this node (everything before the script).
+
+    Accelerate counts *all* processes in ``--num_processes`` (torchrun counts per node), and
+    with ``--same_network`` hands ``--main_process_ip``/``--main_process_port`` to torchrun as a
+    static rendezvous. ``--multi_gpu`` selects its torchrun-based launcher (Gloo on CPU works
+    the same way).
+
+    Args:
+        config: The cluster contract.
+        nproc_per_node: Processes on this node; ``config.num_trainers`` by default.
+
+    Returns:
+        e.g. ``["--num_machines=2", "--machine_rank=1", "--main_process_ip=10.65.0.2",
+        "--main_process_port=29500", "--num_processes=16", "--multi_gpu", "--same_network",
+        "--rdzv_backend=static"]``.
+    """
+    nproc = _nproc(config, nproc_per_node)
+    total = config.num_nodes * nproc
+    args = [f"--num_machines={config.num_nodes}", f"--machine_rank={config.node_rank}"]
+    if config.source != "local":
+        args += [
+            f"--main_process_ip={config.primary_addr}",
+            f"--main_process_port={config.primary_port}",
+        ]
+    args.append(f"--num_processes={total}")
+    if total > 1:
+        args.append("--multi_gpu")
+    if config.num_nodes > 1:
+        args += ["--same_network", "--rdzv_backend=static"]
+    return args
+
+
+# -- DeepSpeed ---------------------------------------------------------------------------------
+
+
+def deepspeed_hostfile_text(config: ClusterConfig, *, nproc_per_node: int | None = None) -> str:
+    """A DeepSpeed hostfile naming every node, for ``deepspeed --no_ssh``.
+
+    Without a hostfile ``deepspeed`` refuses ``--num_nodes`` above 1 and forces the master
+    address to ``127.0.0.1``. With ``--no_ssh`` nothing connects to the names: each node finds
+    its own line by ``--node_rank``, so placeholder names are enough.
+
+    Returns:
+        e.g. ``"node-0 slots=8\\nnode-1 slots=8\\n"``.
+    """
+    nproc = _nproc(config, nproc_per_node)
+    return "".join(f"node-{rank} slots={nproc}\n" for rank in range(config.num_nodes))
+
+
+def deepspeed_args(
+    config: ClusterConfig,
+    *,
+    nproc_per_node: int | None = None,
+    hostfile: str | os.PathLike[str] = "hostfile",
+) -> list[str]:
+    """``deepspeed`` launcher arguments that start this node on its own (no ssh).
+
+    Args:
+        config: The cluster contract.
+        nproc_per_node: Processes (GPUs) on this node; ``config.num_trainers`` by default.
+        hostfile: Where :func:`deepspeed_hostfile_text` is written (multi-node only).
+
+    Returns:
+        e.g. ``["--hostfile=hostfile", "--no_ssh", "--node_rank=1", "--num_nodes=2",
+        "--num_gpus=8", "--master_addr=10.65.0.2", "--master_port=29500"]``.
+    """
+    nproc = _nproc(config, nproc_per_node)
+    args = [f"--hostfile={os.fspath(hostfile)}"] if config.num_nodes > 1 else []
+    return [
+        *args,
+        "--no_ssh",
+        f"--node_rank={config.node_rank}",
+        f"--num_nodes={config.num_nodes}",
+        f"--num_gpus={nproc}",
+        f"--master_addr={config.primary_addr}",
+        f"--master_port={config.primary_port}",
+    ]
+
+
+def deepspeed_env_text(env: Mapping[str, str]) -> str:
+    """``.deepspeed_env`` text: one ``NAME=value`` line per variable, nothing else.
+
+    DeepSpeed's multi-node runners (pdsh, MPI) export these lines on every node; they read the
+    file line by line and split at the first ``=``, so the text has no comments or blank lines.
+
+    Args:
+        env: The variables, e.g. ``NcclPlan.env``.
+
+    Returns:
+        e.g. ``"GLOO_SOCKET_IFNAME=ens1\\nNCCL_SOCKET_IFNAME=ens1\\n"``.
+
+    Raises:
+        ValueError: For a name that is not a variable name or a value with a line break.
+    """
+    lines = []
+    for name, value in env.items():
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+        if "\n" in value or "\r" in value:
+            raise ValueError(f"{name}={value!r}: a .deepspeed_env value must be one line")
+        lines.append(f"{name}={value}\n")
+    return "".join(lines)
+
+
+def write_deepspeed_env(
+    path: str | os.PathLike[str], env: Mapping[str, str], *, merge: bool = True
+) -> Path:
+    """Write ``env`` to a ``.deepspeed_env`` file, keeping other variables already in it.
+
+    Args:
+        path: The file, e.g. ``".deepspeed_env"`` (DeepSpeed reads ``~/.deepspeed_env`` and
+            ``./.deepspeed_env``).
+        env: The variables to write; they replace lines of the same name.
+        merge: Keep the file's other lines; False replaces the file.
+
+    Returns:
+        The path written.
+    """
+    target = Path(path)
+    merged: dict[str, str] = {}
+    if merge and target.is_file():
+        for line in target.read_text().splitlines():
+            name, sep, value = line.partition("=")
+            if sep and _ENV_NAME.fullmatch(name.strip()):
+                merged[name.strip()] = value
+    merged.update(env)
+    target.write_text(deepspeed_env_text(merged))
+    return target
+
+
+# -- clusterenv launch -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """What :func:`launch` runs, with which environment changes, and why.
+
+    Attributes:
+        config: The cluster contract the command was built from.
+        command: The full command, e.g. ``("/opt/venv/bin/torchrun", "--nnodes=2", ...,
+            "train.py", "--lr", "3e-4")``.
+        nccl: The NCCL/Gloo/TensorPipe plan applied to the environment before the exec.
+        findings: What to know before launching: the plan's findings and the launch's own
+            (``launch-nproc-exceeds-gpus``, ``launch-torchrun-missing``, …).
+        environ: The complete environment the command gets (not printed: it may hold secrets).
+    """
+
+    config: ClusterConfig
+    command: tuple[str, ...]
+    nccl: NcclPlan
+    findings: tuple[Finding, ...]
+    environ: Mapping[str, str] = field(repr=False)
+
+    @property
+    def changes(self) -> dict[str, str]:
+        """The variables the launch adds or replaces, e.g. ``{"GLOO_SOCKET_IFNAME": "ens1"}``."""
+        return self.nccl.env
+
+
+def plan_launch(
+    command: Sequence[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    root: Root | str | os.PathLike[str] = "/",
+    nproc_per_node: int | None = None,
+    override: bool = False,
+    debug: bool = False,
+    torchrun: Sequence[str] | None = None,
+) -> LaunchPlan:
+    """Build the torchrun command and environment for this node; runs nothing, changes nothing.
+
+    Args:
+        command: The script and its arguments, e.g. ``["train.py", "--lr", "3e-4"]``; torchrun
+            options may come first (``["--max-restarts=3", "train.py"]``) and win over ours.
+        environ: The environment to start from; None reads ``os.environ`` at call time.
+        root: ``/`` or a host snapshot.
+        nproc_per_node: Processes on this node instead of ``NUM_TRAINERS``.
+        override: Let the NCCL plan replace user values that differ from the evidenced ones.
+        debug: Also set ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET``.
+        torchrun: The torchrun command; found with :func:`find_torchrun` when None.
+
+    Returns:
+        The plan, whose ``command`` is e.g. ``("/opt/venv/bin/torchrun", "--nnodes=2", ...)``.
+
+    Raises:
+        ConfigError: When the cluster environment is invalid.
+        LaunchError: When there is no script, or this process is already a launched worker.
+        ValueError: When ``nproc_per_node`` is below 1.
+    """
+    env = dict(os.environ if environ is None else environ)
+    host_root = as_root(root)
+    if not command:
+        raise LaunchError(
+            "nothing to launch: give the training script and its arguments, e.g. "
+            "`clusterenv launch -- train.py --lr 3e-4`"
+        )
+    config = ClusterConfig.from_env(env, root=host_root)
+    if config.process is not None:
+        raise LaunchError(
+            f"this process is already a launched worker (RANK={config.process.rank}, "
+            f"LOCAL_RANK={config.process.local_rank}): starting torchrun inside a worker "
+            "would start a second job; run `clusterenv launch` from the node's shell, not from "
+            "a training script"
+        )
+    nproc = _nproc(config, nproc_per_node)
+    findings: list[Finding] = []
+    if torchrun is None:
+        try:
+            torchrun = find_torchrun(env)
+        except LaunchError as e:
+            torchrun = ["torchrun"]
+            findings.append(Finding(
+                "launch-torchrun-missing", "error", str(e),
+                (f"PATH={env.get('PATH', '')}", f"python: {sys.executable}"), _INSTALL_TORCH,
+            ))
+    findings += _process_count_findings(config, nproc, env, host_root)
+    nccl = plan_nccl_env(environ=env, root=host_root, config=config, override=override,
+                         debug=debug)
+    findings += nccl.findings
+    launch_env = {**env, **nccl.env}
+    argv = (*torchrun, *torchrun_args(config, nproc_per_node=nproc), *command)
+    return LaunchPlan(config, tuple(argv), nccl, tuple(findings), launch_env)
+
+
+def _process_count_findings(
+    config: ClusterConfig, nproc: int, environ: Mapping[str, str], root: Root
+) -> list[Finding]:
+    out: list[Finding] = []
+    gpus = visible_gpu_count(environ, root)
+    if gpus and nproc > gpus:
+        out.append(Finding(
+            "launch-nproc-exceeds-gpus", "warning",
+            f"{nproc} processes per node but {gpus} GPUs visible: the extra processes fail "
+            "with 'CUDA error: invalid device ordinal' or share a GPU",
+            (f"processes per node: {nproc}", f"visible GPUs: {gpus}",
+             f"CUDA_VISIBLE_DEVICES={environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}"),
+            f"--nproc-per-node={gpus}",
+        ))
+    if config.source != "local" and nproc != config.num_trainers:
+        out.append(Finding(
+            "launch-nproc-differs", "info",
+            f"{nproc} processes per node instead of NUM_TRAINERS={config.num_trainers}: the job "
+            f"has {nproc * config.num_nodes} processes, not WORLD_SIZE={config.world_size}",
+            (f"--nproc-per-node={nproc}", f"NUM_TRAINERS={config.num_trainers}"),
+            "use the same --nproc-per-node on every node",
+        ))
+    return out
+
+
+def launch(
+    command: Sequence[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    root: Root | str | os.PathLike[str] = "/",
+    nproc_per_node: int | None = None,
+    override: bool = False,
+    debug: bool = False,
+) -> NoReturn:
+    """Apply the NCCL plan and replace this process with torchrun; never returns.
+
+    The exit status of the job is torchrun's own: this process *becomes* torchrun.
+
+    Args:
+        command: The script and its arguments, e.g. ``["train.py", "--lr", "3e-4"]``.
+        environ: The environment to start from; None uses ``os.environ``.
+        root: ``/`` or a host snapshot (for testing the plan; the job runs here).
+        nproc_per_node: Processes on this node instead of ``NUM_TRAINERS``.
+        override: Let the NCCL plan replace user values that differ from the evidenced ones.
+        debug: Also set ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET``.
+
+    Raises:
+        ConfigError: When the cluster environment is invalid.
+        LaunchError: When torchrun is missing or cannot be started.
+    """
+    plan = plan_launch(command, environ=environ, root=root, nproc_per_node=nproc_per_node,
+                       override=override, debug=debug)
+    exec_plan(plan)
+
+
+def exec_plan(plan: LaunchPlan) -> NoReturn:
+    """Replace this process with ``plan.command`` in ``plan.environ``; never returns.
+
+    Raises:
+        LaunchError: When torchrun is missing or the exec fails.
+    """
+    for finding in plan.findings:
+        if finding.code == "launch-torchrun-missing":
+            raise LaunchError(finding.title)
+    sys.stdout.flush()  # exec discards Python's buffers
+    sys.stderr.flush()
+    try:
+        # exec, not a child process: the job's exit status and signals are torchrun's own
+        os.execve(plan.command[0], list(plan.command), dict(plan.environ))  # noqa: S606
+    except OSError as e:
+        raise LaunchError(
+            f"could not start {plan.command[0]!r}: {e.strerror or e}; check that it is an "
+            f"executable torchrun ({_INSTALL_TORCH})"
+        ) from e
