@@ -1,0 +1,121 @@
+"""``clusterenv preflight``: run on every node at once; every node prints the same verdict."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from clusterenv._cli._common import (
+    add_json,
+    add_root,
+    emit_json,
+    host_context,
+    render_findings,
+    style,
+    table,
+)
+
+if TYPE_CHECKING:
+    from clusterenv.preflight import PreflightResult, Verdict
+
+HELP = "check the whole cluster at once: run on every node; names the node that differs"
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds between 0 and 3600")
+    return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port 1-65535")
+    return int(text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--timeout``, ``--port``, ``--ring``, ``--json``, ``--root``."""
+    parser.add_argument(
+        "--timeout", type=_seconds, default=30.0, metavar="SECONDS",
+        help="how long the primary waits for every node, and a node keeps trying to reach the "
+        "primary (default: 30)",
+    )
+    parser.add_argument(
+        "--port", type=_port, default=None,
+        help="preflight TCP port, the same on every node (default: PRIMARY_PORT + 1, e.g. 29501)",
+    )
+    parser.add_argument(
+        "--ring", action="store_true",
+        help="also have each node open a TCP connection to the next node in rank order "
+        "(decided on the primary; other nodes follow)",
+    )
+    add_json(parser)
+    add_root(parser)
+
+
+def _node_rows(verdict: Verdict) -> list[tuple[object, ...]]:
+    return [
+        (
+            "?" if n.rank is None else n.rank, n.addr, n.hostname, n.interface, n.mtu,
+            n.transport or "tcp", n.rdma_ports, n.gpus, n.local_errors, n.torch, n.nccl,
+        )
+        for n in verdict.nodes
+    ]
+
+
+def format_verdict(result: PreflightResult) -> str:
+    """The verdict for people: a summary line, the node table, the problems, this node's line."""
+    verdict = result.verdict
+    if verdict is None:
+        return f"preflight could not complete: {result.error}"
+    reported = verdict.reported
+    where = f"to {verdict.primary} " if verdict.primary != "local" else ""
+    plural = "s" if verdict.expected_nodes != 1 else ""
+    lines = [
+        f"preflight: {reported} of {verdict.expected_nodes} node{plural} reported {where}in "
+        f"{verdict.elapsed_s:.2f} s",
+        "",
+    ]
+    rows = _node_rows(verdict)
+    hidden = reported - len(rows)
+    headers = ("rank", "address", "hostname", "interface", "mtu", "rdma", "ports", "gpus",
+               "errors", "torch", "nccl")
+    lines.append(table(rows, headers))
+    if hidden:
+        lines.append(f"… and {hidden} more nodes that no problem names")
+    if verdict.ring_probed:
+        failed = sum(1 for hop in verdict.ring if not hop.ok)
+        lines += ["", f"ring: {verdict.ring_probed - failed} of {verdict.ring_probed} probes ok"]
+        lines += [
+            f"  {hop.source} -> {hop.target}: {'ok' if hop.ok else 'FAILED'} ({hop.detail})"
+            for hop in verdict.ring
+        ]
+    lines += ["", render_findings([p.finding() for p in verdict.problems])]
+    rank = "?" if result.rank is None else result.rank
+    outcome = (
+        style("consistent", "green") if verdict.ok
+        else style("problems found", "red")
+    )
+    lines += ["", f"this node: rank {rank} ({result.role}); cluster {outcome} "
+              f"(exit {result.exit_code})"]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run preflight; exit 0 consistent, 1 problems found, 2 could not complete."""
+    from clusterenv.preflight import preflight
+
+    environ, root = host_context(args)
+    result = preflight(environ=environ, root=root, timeout=args.timeout, port=args.port,
+                       ring=args.ring)
+    if args.json:
+        emit_json(result)
+    elif result.verdict is None:
+        print(f"clusterenv preflight: {result.error}", file=sys.stderr)
+    else:
+        print(format_verdict(result))
+    return result.exit_code

@@ -1,0 +1,419 @@
+"""Comparing fingerprints across nodes and naming the nodes that differ (pure, no I/O).
+
+Where nodes disagree, the largest group is the reference (on a tie, the primary's group) and the
+others are named: one node of sixteen with a different ``NCCL_SOCKET_IFNAME`` is named alone, not
+the fifteen that agree. Every problem carries the values each group reported as evidence.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from clusterenv._preflight_fingerprint import Fingerprint
+from clusterenv._preflight_verdict import NodeRef, Problem, RingHop
+from clusterenv.findings import Finding, Severity
+
+__all__ = ["compare", "ranks_text"]
+
+# Variables that only change logging: a difference is worth a warning, not a failed preflight.
+_LOGGING_ONLY = frozenset(
+    {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "TORCH_DISTRIBUTED_DEBUG"}
+)
+# Variables that are per node by design.
+_PER_NODE = frozenset({"NCCL_HOSTID"})
+_MAX_EVIDENCE = 12
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    ref: NodeRef
+    fp: Fingerprint
+
+
+def ranks_text(ranks: Iterable[int | None], limit: int = 24) -> str:
+    """Ranks as compact text, e.g. ``"rank 2"``, ``"ranks 0-3, 7"``; long lists end in ``…``."""
+    given = list(ranks)
+    known = sorted({r for r in given if r is not None})
+    spans: list[str] = []
+    index = 0
+    while index < len(known):
+        end = index
+        while end + 1 < len(known) and known[end + 1] == known[end] + 1:
+            end += 1
+        first, last = known[index], known[end]
+        spans.append(str(first) if first == last else f"{first}-{last}")
+        index = end + 1
+    if any(r is None for r in given):
+        spans.append("?")
+    if len(spans) > limit:
+        spans = [*spans[:limit], "…"]
+    word = "rank" if len(known) == 1 and len(spans) == 1 else "ranks"
+    return f"{word} {', '.join(spans)}" if spans else "no ranks"
+
+
+def _names(refs: Sequence[NodeRef], limit: int = 6) -> str:
+    shown = ", ".join(map(str, refs[:limit]))
+    return shown if len(refs) <= limit else f"{shown} and {len(refs) - limit} more"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' if count != 1 else ''}"
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "<unset>"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+Groups = list[tuple[K, list[_Entry]]]
+
+
+def _groups(entries: Sequence[_Entry], key: Callable[[Fingerprint], K]) -> Groups[K]:
+    """Entries grouped by ``key``: the largest group first, ties to the primary's (entry 0)."""
+    groups: dict[K, list[_Entry]] = {}
+    for entry in entries:
+        groups.setdefault(key(entry.fp), []).append(entry)
+    first = key(entries[0].fp)
+    order = {value: i for i, value in enumerate(groups)}
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0] != first, order[kv[0]]))
+
+
+def _differ(
+    entries: Sequence[_Entry],
+    key: Callable[[Fingerprint], K],
+    *,
+    what: str,
+    code: str,
+    severity: Severity,
+    fix: str,
+    show: Callable[[K], str] = _show,
+    more: Callable[[Groups[K]], list[str]] | None = None,
+) -> Problem | None:
+    """One problem when ``key`` differs between entries, naming all but the reference group."""
+    if not entries:
+        return None
+    groups = _groups(entries, key)
+    if len(groups) < 2:
+        return None
+    (reference, agree), others = groups[0], groups[1:]
+    odd = [e.ref for _, members in others for e in members]
+    if len(others) == 1 and len(others[0][1]) <= 4:
+        value, members = others[0]
+        title = (
+            f"{what} differs: {_names([e.ref for e in members])} "
+            f"{'has' if len(members) == 1 else 'have'} {show(value)}, "
+            f"{_plural(len(agree), 'node')} {'has' if len(agree) == 1 else 'have'} "
+            f"{show(reference)}"
+        )
+    else:
+        title = f"{what} differs between nodes: {len(groups)} different values"
+    evidence = [
+        f"{show(value)} on {ranks_text(e.ref.rank for e in members)}"
+        for value, members in groups[:_MAX_EVIDENCE]
+    ]
+    if more is not None:
+        evidence += more(groups)[:_MAX_EVIDENCE]
+    return Problem(code, severity, title, tuple(odd), tuple(evidence), fix)
+
+
+def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> list[Problem]:
+    out = []
+    unknown = [e.ref for e in entries if e.fp.rank is None]
+    if unknown:
+        out.append(Problem(
+            "preflight-rank-unknown", "error", f"{_names(unknown)} sent no valid NODE_RANK",
+            tuple(unknown), (), "export NODE_RANK (0 on the primary, 1..NUM_NODES-1 elsewhere)",
+        ))
+    outside = [e.ref for e in entries if e.fp.rank is not None and not 0 <= e.fp.rank < expected]
+    if outside:
+        out.append(Problem(
+            "preflight-rank-out-of-range", "error",
+            f"NODE_RANK outside [0, NUM_NODES={expected}) on {_names(outside)}",
+            tuple(outside), (), f"give each node a distinct NODE_RANK from 0 to {expected - 1}",
+        ))
+    by_rank: dict[int, list[NodeRef]] = {}
+    for e in entries:
+        if e.fp.rank is not None:
+            by_rank.setdefault(e.fp.rank, []).append(e.ref)
+    for rank, refs in sorted(by_rank.items()):
+        if len(refs) > 1:
+            out.append(Problem(
+                "preflight-rank-duplicate", "error",
+                f"NODE_RANK={rank} is used by {len(refs)} nodes: {_names(refs)}",
+                tuple(refs), tuple(f"{r}: hostname {r.hostname or '?'}" for r in refs[:8]),
+                "give each node a distinct NODE_RANK: two nodes with one rank hang the "
+                "rendezvous or fail with 'Duplicate GPU detected'",
+            ))
+    missing = [r for r in range(expected) if r not in by_rank]
+    if missing:
+        out.append(Problem(
+            "preflight-rank-missing", "error",
+            f"{len(missing)} of {expected} nodes did not report within {waited:.1f} s: "
+            f"{ranks_text(missing)}",
+            tuple(NodeRef(r) for r in missing[:64]),
+            (f"reported: {ranks_text(by_rank)}",),
+            "run `clusterenv preflight` on every node at the same time; on a missing node, its "
+            "own output says whether it reached the primary",
+        ))
+    return out
+
+
+def _contract_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    checks: tuple[tuple[str, Callable[[Fingerprint], object]], ...] = (
+        ("NUM_NODES", lambda fp: fp.num_nodes),
+        ("NUM_TRAINERS", lambda fp: fp.num_trainers),
+        ("PRIMARY_ADDR", lambda fp: fp.primary_addr),
+        ("PRIMARY_PORT", lambda fp: fp.primary_port),
+    )
+    found = [
+        _differ(entries, key, what=variable, code="preflight-contract-differs", severity="error",
+                fix=f"every node must see the same {variable}; fix the launcher or that node's "
+                "environment")
+        for variable, key in checks
+    ]
+    return [p for p in found if p is not None]
+
+
+def _env_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    names = sorted({name for e in entries for name in e.fp.env} - _PER_NODE)
+    out = []
+    for name in names:
+        problem = _differ(
+            entries, lambda fp, n=name: fp.env.get(n),  # type: ignore[misc]
+            what=name, code="preflight-env-differs",
+            severity="warning" if name in _LOGGING_ONLY else "error",
+            fix=f"set {name} to the same value on every node (in the image or the launcher's "
+            "environment, not by hand in one shell), or unset it everywhere",
+        )
+        if problem is not None:
+            out.append(problem)
+    return out
+
+
+def _network_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    out = [
+        Problem(
+            "preflight-no-cluster-interface", "error", f"{e.ref} has no cluster interface",
+            (e.ref,), (e.fp.interface_reason,) if e.fp.interface_reason else (),
+            "give the node an address on the cluster network (NODE_ADDR) and run "
+            "`clusterenv doctor` there",
+        )
+        for e in entries
+        if e.fp.interface is None
+    ]
+    have = [e for e in entries if e.fp.interface is not None]
+    mtu = _differ(
+        have, lambda fp: fp.mtu, what="MTU of the cluster interface",
+        code="preflight-mtu-differs", severity="error",
+        fix="set the same MTU on the cluster interface of every node (e.g. `ip link set dev ens1 "
+        "mtu 9000`, and on the switch); a mismatch hangs NCCL or fails with IBV_WC_LOC_LEN_ERR",
+    )
+    name = _differ(
+        have, lambda fp: fp.interface, what="cluster interface name",
+        code="preflight-interface-differs", severity="warning",
+        fix="one NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME value must match every node's interface: "
+        "use a list or a prefix that covers all names",
+    )
+    return out + [p for p in (mtu, name) if p is not None]
+
+
+def _show_transport(value: str | None) -> str:
+    return value if value is not None else "none (TCP sockets)"
+
+
+def _show_rates(rates: tuple[float, ...]) -> str:
+    return "[" + ", ".join(f"{r:g}" for r in rates) + "] Gb/s" if rates else "no ports"
+
+
+def _rdma_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    def down(groups: Groups[int]) -> list[str]:
+        return [f"{e.ref}: {item}" for _, members in groups[1:] for e in members
+                for item in e.fp.rdma.inactive[:4]]
+
+    transport = _differ(
+        entries, lambda fp: fp.rdma.transport, what="RDMA transport", show=_show_transport,
+        code="preflight-transport-differs", severity="error",
+        fix="make RDMA usable on every node or on none (devices, /dev/infiniband, drivers): "
+        "NCCL hangs at init when nodes pick different transports",
+    )
+    ports = _differ(
+        entries, lambda fp: fp.rdma.ports, what="number of usable RDMA ports", more=down,
+        code="preflight-rdma-ports-differ", severity="error",
+        fix="bring every RDMA port up (`ibstat`), or exclude the same ports everywhere with "
+        "NCCL_IB_HCA",
+    )
+    rates = None if ports else _differ(
+        entries, lambda fp: fp.rdma.rates_gbps, what="RDMA port rates", show=_show_rates,
+        code="preflight-rdma-rate-differs", severity="warning",
+        fix="check the slow ports' links (`ibstat`): the slowest port sets the pace for all",
+    )
+    return [p for p in (transport, ports, rates) if p is not None]
+
+
+def _gpu_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    if all(e.fp.gpus is None for e in entries):
+        return []  # no driver visible anywhere: a CPU cluster, or each node's doctor says why
+    out = []
+    for e in entries:
+        trainers = e.fp.num_trainers
+        if e.fp.gpus is None:
+            out.append(Problem(
+                "preflight-gpu-count", "error",
+                f"{e.ref} shows no NVIDIA driver while other nodes have GPUs", (e.ref,), (),
+                "check the node's driver, and that the container was given the GPUs",
+            ))
+        elif trainers is not None and e.fp.gpus < trainers:
+            visible = e.fp.env.get("CUDA_VISIBLE_DEVICES")
+            out.append(Problem(
+                "preflight-gpu-count", "error",
+                f"{e.ref} sees {e.fp.gpus} GPUs but NUM_TRAINERS={trainers}", (e.ref,),
+                (f"CUDA_VISIBLE_DEVICES={_show(visible)}",),
+                "check `nvidia-smi` on that node (a missing or faulted GPU, the fabric manager) "
+                "and CUDA_VISIBLE_DEVICES",
+            ))
+    return out
+
+
+def _local_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    by_code: dict[str, list[tuple[_Entry, Finding]]] = {}
+    for e in entries:
+        for finding in e.fp.local_errors:
+            by_code.setdefault(finding.code, []).append((e, finding))
+    out = []
+    for code, items in sorted(by_code.items()):
+        refs = [e.ref for e, _ in items]
+        first = items[0][1]
+        # Each node's own wording, when the nodes do not all say the same thing.
+        distinct = len({f.title for _, f in items}) > 1
+        titles = list(dict.fromkeys(f"{e.ref}: {f.title}" for e, f in items)) if distinct else []
+        out.append(Problem(
+            "preflight-node-errors", "error",
+            f"local check {code} fails on {_names(refs)}: {first.title}",
+            tuple(refs), tuple(titles[:_MAX_EVIDENCE]),
+            first.fix or f"run `clusterenv doctor` on {refs[0]}",
+        ))
+    return out
+
+
+def _version_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    out = []
+    for name in ("torch", "nccl", "clusterenv"):
+        def version(fp: Fingerprint, name: str = name) -> str | None:
+            return (fp.clusterenv or None) if name == "clusterenv" else fp.versions.get(name)
+
+        problem = _differ(
+            [e for e in entries if version(e.fp)], version, what=f"{name} version",
+            code="preflight-version-differs",
+            severity="warning" if name == "clusterenv" else "error",
+            fix=f"install the same {name} on every node (one image for the whole cluster)",
+        )
+        if problem is not None:
+            out.append(problem)
+    return out
+
+
+def _token_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    problem = _differ(
+        entries, lambda fp: fp.token, what="CLUSTERENV_PREFLIGHT_TOKEN",
+        show=lambda t: "set" if t else "unset", code="preflight-token-mismatch", severity="error",
+        fix="set the same CLUSTERENV_PREFLIGHT_TOKEN on every node, or on none",
+    )
+    return [problem] if problem is not None else []
+
+
+def _same_address(claimed: str, seen: str) -> bool:
+    try:
+        a, b = ipaddress.ip_address(claimed), ipaddress.ip_address(seen)
+    except ValueError:
+        return claimed == seen
+    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
+        a = a.ipv4_mapped
+    if isinstance(b, ipaddress.IPv6Address) and b.ipv4_mapped is not None:
+        b = b.ipv4_mapped
+    return a == b
+
+
+def _address_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    out = []
+    for e in entries[1:]:  # the primary's own entry is where it listens
+        claimed, seen = e.fp.node_addr, e.ref.addr
+        if claimed and seen and not _same_address(claimed, seen):
+            out.append(Problem(
+                "preflight-addr-mismatch", "warning",
+                f"{e.ref} says NODE_ADDR={claimed} but connected from {seen}", (e.ref,), (),
+                "check NODE_ADDR on that node, and that its traffic to the primary leaves "
+                "through the cluster interface (`ip route get PRIMARY_ADDR`)",
+            ))
+    return out
+
+
+def _ring_problems(ring: Sequence[RingHop]) -> list[Problem]:
+    return [
+        Problem(
+            "preflight-ring-unreachable", "error",
+            f"{hop.source} cannot open a TCP connection to {hop.target}: {hop.detail}",
+            (hop.source, hop.target), (),
+            "check routes and firewalls between these two nodes on the cluster network",
+        )
+        for hop in ring
+        if not hop.ok
+    ]
+
+
+def _rejected_problem(rejected: Sequence[str], total: int) -> list[Problem]:
+    if not total:
+        return []
+    peers = tuple(
+        NodeRef(None, r.removeprefix("rejected peer ").split(": ", 1)[0]) for r in rejected
+    )
+    return [Problem(
+        "preflight-rejected-peers", "warning",
+        f"refused {_plural(total, 'connection')} that did not send a valid fingerprint",
+        peers, tuple(rejected),
+        "if one of them is a node of this cluster, run the same clusterenv release there (with "
+        "the same CLUSTERENV_PREFLIGHT_TOKEN); otherwise something else talks to the preflight "
+        "port",
+    )]
+
+
+def compare(
+    entries: Sequence[tuple[str, Fingerprint]],
+    *,
+    expected_nodes: int,
+    waited_s: float = 0.0,
+    rejected: Sequence[str] = (),
+    rejected_total: int = 0,
+    ring: Sequence[RingHop] = (),
+) -> list[Problem]:
+    """Every cross-node problem among ``entries``: (address it connected from, fingerprint).
+
+    The first entry is the primary's own. Errors come first, then warnings, then info.
+
+    Example::
+
+        compare([("10.65.0.2", fp0), ("10.65.0.3", fp1)], expected_nodes=2)
+        # [Problem("preflight-env-differs", "error",
+        #          "NCCL_SOCKET_IFNAME differs: rank 1 (10.65.0.3) has <unset>, ...", ...)]
+    """
+    items = [_Entry(NodeRef(fp.rank, addr, fp.hostname), fp) for addr, fp in entries]
+    problems = _rank_problems(items, expected_nodes, waited_s)
+    if items:
+        problems += _contract_problems(items)
+        problems += _env_problems(items)
+        problems += _network_problems(items)
+        problems += _rdma_problems(items)
+        problems += _gpu_problems(items)
+        problems += _version_problems(items)
+        problems += _token_problems(items)
+        problems += _local_problems(items)
+        problems += _address_problems(items)
+    problems += _ring_problems(ring)
+    problems += _rejected_problem(rejected, rejected_total)
+    return sorted(problems, key=lambda p: _SEVERITY_ORDER[p.severity])  # stable within severity

@@ -1,0 +1,349 @@
+"""A bounded, single-threaded TCP listener loop: the transport under the preflight primary.
+
+One ``selectors`` loop in one thread. Every connection has a deadline from the moment it is
+accepted, a frame reader with a payload limit, and a write queue flushed without blocking. The
+number of connections open at once and accepted in all is capped; beyond the caps a connection
+is closed unread. A peer that breaks a rule is sent a ``REJECT`` with the reason (best effort),
+closed, and recorded as ``rejected peer ADDR:PORT: reason``; nothing a peer does stops the
+loop.
+
+Subclasses speak the protocol through four hooks: :meth:`ConnectionLoop._greet` (a connection
+was accepted), :meth:`~ConnectionLoop._on_frame` (a complete frame arrived),
+:meth:`~ConnectionLoop._on_peer_closed` and :meth:`~ConnectionLoop._on_timeout` (for states
+other than the first message and the final flush).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import selectors
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from clusterenv._preflight_fingerprint import Fingerprint
+from clusterenv._preflight_wire import (
+    Frame,
+    FrameReader,
+    Kind,
+    Limits,
+    WireError,
+    encode_frame,
+    encode_json,
+    new_nonce,
+)
+
+__all__ = ["Conn", "ConnectionLoop", "host_of", "peer_text"]
+
+_RECV_BYTES = 65536
+_REJECT_FLUSH_S = 1.0
+
+
+@dataclass(eq=False)
+class Conn:
+    """One accepted connection and what the protocol learned from it.
+
+    ``state`` is ``"hello"`` until the first message arrives and ``"closing"`` while the last
+    reply is flushed; the protocol uses others in between (``"waiting"``, ``"ring"``).
+    """
+
+    sock: socket.socket
+    peer: str
+    nonce: bytes
+    deadline: float
+    reader: FrameReader
+    state: str = "hello"
+    client_nonce: bytes = b""
+    fingerprint: Fingerprint | None = None
+    ring_addr: tuple[str, int] | None = None
+    ring_result: dict[str, Any] | None = None
+    pending: list[memoryview] = field(default_factory=list)
+    events: int = 0
+    reading: bool = True
+
+
+def peer_text(address: Any) -> str:
+    """``"10.65.0.3:41000"`` for a socket address; IPv6 in brackets, IPv4-mapped unwrapped."""
+    host, port = str(address[0]), address[1]
+    if ":" not in host:
+        return f"{host}:{port}"
+    with contextlib.suppress(ValueError):
+        ip = ipaddress.IPv6Address(host.split("%", 1)[0])
+        if ip.ipv4_mapped is not None:
+            return f"{ip.ipv4_mapped}:{port}"
+    return f"[{host}]:{port}"
+
+
+def host_of(peer: str) -> str:
+    """The address part of :func:`peer_text`, e.g. ``"10.65.0.3"`` or ``"::1"``."""
+    host = peer.rsplit(":", 1)[0]
+    return host[1:-1] if host.startswith("[") else host
+
+
+class ConnectionLoop:
+    """Listener, connections and their deadlines; see the module docstring.
+
+    Args:
+        listen_addr: The one address to bind, e.g. ``"10.65.0.2"``.
+        port: TCP port; ``0`` lets the kernel choose.
+        limits: Size, time and connection bounds.
+        max_active: Connections open at once, e.g. ``NUM_NODES - 1 + 16``.
+        max_total: Connections accepted in all, e.g. ``4 * NUM_NODES + 64``.
+        expect: Frame kinds a connection may send.
+    """
+
+    def __init__(
+        self,
+        *,
+        listen_addr: str,
+        port: int,
+        limits: Limits,
+        max_active: int,
+        max_total: int,
+        expect: set[int],
+    ) -> None:
+        self.listen_addr = listen_addr
+        self.limits = limits
+        self._requested_port = port
+        self._max_active = max_active
+        self._max_total = max_total
+        self._expect = frozenset(expect)
+        self._listener: socket.socket | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._conns: dict[int, Conn] = {}
+        self._seen = 0
+        self.rejected: list[str] = []
+        self.rejected_total = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The bound port (after :meth:`bind`), e.g. ``29501``."""
+        if self._listener is None:
+            return self._requested_port
+        return int(self._listener.getsockname()[1])
+
+    @property
+    def endpoint(self) -> str:
+        """``"10.65.0.2:29501"`` (IPv6 in brackets)."""
+        host = self.listen_addr
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    def bind(self) -> int:
+        """Bind and listen on ``listen_addr:port`` only; return the port.
+
+        Raises:
+            OSError: The address is not on this host, or the port is taken.
+        """
+        if self._listener is not None:
+            return self.port
+        family = socket.AF_INET6 if ":" in self.listen_addr else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.listen_addr, self._requested_port))
+            sock.listen(max(16, min(socket.SOMAXCONN, self._max_active + 1)))
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self._listener = sock
+        return self.port
+
+    def close(self) -> None:
+        """Close the listener and every connection; idempotent."""
+        for conn in list(self._conns.values()):
+            self._drop(conn)
+        self._stop_listening()
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+
+    def _start(self) -> None:
+        self.bind()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listening(), selectors.EVENT_READ, None)
+
+    def _listening(self) -> socket.socket:
+        if self._listener is None:
+            raise RuntimeError("the preflight listener is closed")
+        return self._listener
+
+    def _running(self) -> selectors.BaseSelector:
+        if self._selector is None:
+            raise RuntimeError("the preflight server is not running")
+        return self._selector
+
+    def _stop_listening(self) -> None:
+        if self._listener is not None:
+            if self._selector is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self._selector.unregister(self._listener)
+            self._listener.close()
+            self._listener = None
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def _greet(self, conn: Conn) -> None:
+        """A connection was accepted (send the greeting here)."""
+
+    def _on_frame(self, conn: Conn, frame: Frame) -> None:
+        """A complete frame arrived; raise :class:`WireError` to refuse the peer."""
+        raise WireError(f"unexpected {Kind.NAMES.get(frame.kind, frame.kind)} message")
+
+    def _on_peer_closed(self, conn: Conn) -> None:
+        """The peer closed a connection past its first message."""
+        self._drop(conn)
+
+    def _on_timeout(self, conn: Conn) -> None:
+        """A deadline passed in a protocol state of the subclass."""
+        self._drop(conn)
+
+    def _on_rejected(self, conn: Conn) -> None:
+        """``conn`` is being refused (forget what it sent)."""
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _loop_once(self, until: float) -> None:
+        """Handle what is ready, waiting at most until ``until`` or the next deadline."""
+        wake = min([until, *(c.deadline for c in self._conns.values())])
+        for key, mask in self._running().select(max(0.0, wake - time.monotonic())):
+            if key.data is None:
+                self._accept()
+                continue
+            conn: Conn = key.data
+            if mask & selectors.EVENT_READ and conn.sock.fileno() >= 0:
+                self._on_readable(conn)
+            if mask & selectors.EVENT_WRITE and conn.sock.fileno() >= 0:
+                self._flush(conn)
+        now = time.monotonic()
+        for conn in [c for c in self._conns.values() if c.deadline <= now]:
+            self._expire(conn)
+
+    def _accept(self) -> None:
+        listener, selector = self._listening(), self._running()
+        while True:
+            try:
+                sock, address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # ECONNABORTED and friends: the peer is gone already
+            peer = peer_text(address)
+            self._seen += 1
+            if self._seen > self._max_total or len(self._conns) >= self._max_active:
+                sock.close()
+                cap = "in this run" if self._seen > self._max_total else "at once"
+                self._record(peer, f"too many connections {cap}; closed unread")
+                continue
+            sock.setblocking(False)
+            conn = Conn(
+                sock=sock, peer=peer, nonce=new_nonce(),
+                deadline=time.monotonic() + self.limits.peer_timeout,
+                reader=FrameReader(max_payload=self.limits.max_message_bytes,
+                                   expect=self._expect),
+            )
+            self._conns[id(conn)] = conn
+            selector.register(sock, selectors.EVENT_READ, conn)
+            conn.events = selectors.EVENT_READ
+            self._greet(conn)
+
+    def _on_readable(self, conn: Conn) -> None:
+        try:
+            data = conn.sock.recv(_RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._reject(conn, f"connection error: {e.strerror or e}", send=False)
+            return
+        if conn.state == "closing":  # the reply is being flushed; anything more is ignored
+            if not data:  # the peer shut its side: stop watching for reads (no busy loop)
+                conn.reading = False
+                self._flush(conn)
+            return
+        if not data:
+            if conn.state == "hello":
+                self._reject(conn, f"closed the connection ({self._sent(conn)})", send=False)
+            else:
+                self._on_peer_closed(conn)
+            return
+        try:
+            conn.reader.feed(data)
+            frame = conn.reader.next_frame()
+            if frame is not None:
+                if conn.reader.buffered:
+                    raise WireError("more than one message on one connection")
+                self._on_frame(conn, frame)
+        except WireError as e:
+            self._reject(conn, str(e))
+
+    @staticmethod
+    def _sent(conn: Conn) -> str:
+        received = conn.reader.received
+        return "sent nothing" if not received else f"sent only {received} bytes"
+
+    def _expire(self, conn: Conn) -> None:
+        if conn.state == "hello":
+            self._reject(conn, f"{self._sent(conn)} within {self.limits.peer_timeout:.1f} s")
+        elif conn.state == "closing":
+            self._drop(conn)
+        else:
+            self._on_timeout(conn)
+
+    def _send(self, conn: Conn, data: bytes) -> None:
+        conn.pending.append(memoryview(data))
+        self._flush(conn)
+
+    def _flush(self, conn: Conn) -> None:
+        while conn.pending:
+            chunk = conn.pending[0]
+            try:
+                sent = conn.sock.send(chunk)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                conn.pending.clear()
+                self._drop(conn)
+                return
+            if sent < len(chunk):
+                conn.pending[0] = chunk[sent:]
+                break
+            conn.pending.pop(0)
+        if not conn.pending and conn.state == "closing":
+            self._drop(conn)
+            return
+        wanted = (selectors.EVENT_READ if conn.reading else 0) | (
+            selectors.EVENT_WRITE if conn.pending else 0
+        )
+        if wanted and wanted != conn.events and self._selector is not None \
+                and conn.sock.fileno() >= 0:
+            self._selector.modify(conn.sock, wanted, conn)
+            conn.events = wanted
+
+    def _record(self, peer: str, reason: str) -> None:
+        self.rejected_total += 1
+        if len(self.rejected) < self.limits.max_recorded_rejections:
+            self.rejected.append(f"rejected peer {peer}: {reason}")
+
+    def _reject(self, conn: Conn, reason: str, *, send: bool = True, record: bool = True) -> None:
+        """Refuse ``conn``: record why, tell the peer (best effort), close."""
+        if record:
+            self._record(conn.peer, reason)
+        self._on_rejected(conn)
+        if not send:
+            self._drop(conn)
+            return
+        conn.pending.clear()
+        conn.state = "closing"
+        conn.deadline = time.monotonic() + _REJECT_FLUSH_S
+        self._send(conn, encode_frame(Kind.REJECT, encode_json({"reason": reason})))
+
+    def _drop(self, conn: Conn) -> None:
+        self._conns.pop(id(conn), None)
+        if self._selector is not None and conn.sock.fileno() >= 0:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(conn.sock)
+        conn.sock.close()

@@ -1,0 +1,213 @@
+"""A node's side of preflight: reach the primary, send the fingerprint, wait for the verdict.
+
+The primary may start later than the node (FM-36: the cluster network or rank 0 is not up yet),
+so connecting is retried until the node's timeout. Once connected, the node waits as long as the
+primary's ``HELLO`` announces, whatever its own timeout. Every failure to complete is a
+:class:`PreflightError` whose message names the primary's address and port and what to check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+import time
+from typing import Any
+
+from clusterenv._preflight_fingerprint import TOKEN_VARIABLE, Fingerprint
+from clusterenv._preflight_ring import PROBE_TIMEOUT_S, RingListener, probe, read_frame
+from clusterenv._preflight_verdict import Verdict
+from clusterenv._preflight_wire import (
+    DEFAULT_LIMITS,
+    FrameReader,
+    Kind,
+    Limits,
+    WireError,
+    decode_object,
+    encode_frame,
+    encode_json,
+    new_nonce,
+    verify_mac,
+)
+from clusterenv.errors import ClusterEnvError
+
+__all__ = ["PreflightError", "run_node"]
+
+_CONNECT_ATTEMPT_S = 2.0
+_RETRY_S = 0.25
+# Extra seconds a node waits beyond the primary's announced deadline: the ring phase and
+# delivering the verdict come after it.
+_VERDICT_MARGIN_S = 15.0
+_MAX_WAIT_S = 3600.0
+
+
+class PreflightError(ClusterEnvError, RuntimeError):
+    """Preflight could not complete on this node (exit code 2): the primary never answered,
+    refused this node, or answered with something that is not a valid verdict."""
+
+
+def _endpoint(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _connect(
+    host: str, port: int, *, deadline: float, source_addr: str | None, limits: Limits
+) -> tuple[socket.socket, dict[str, Any]]:
+    """Connect (retrying until ``deadline``) and read the primary's ``HELLO``."""
+    where = _endpoint(host, port)
+    last = "no attempt finished"
+    attempts = 0
+    source: tuple[str, int] | None = (source_addr, 0) if source_addr else None
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise PreflightError(
+                f"no answer from the primary at {where} after {attempts} attempts "
+                f"(last: {last}). Check that `clusterenv preflight` runs on the primary (the node "
+                "that holds PRIMARY_ADDR, NODE_RANK 0) within the same time window, that "
+                f"PRIMARY_ADDR is right, that TCP port {port} is open between the nodes, and that "
+                "every node uses the same --port"
+            )
+        attempts += 1
+        try:
+            sock = socket.create_connection(
+                (host, port), timeout=min(_CONNECT_ATTEMPT_S, remaining), source_address=source
+            )
+        except OSError as e:
+            if source is not None and e.errno == errno.EADDRNOTAVAIL:
+                source = None  # NODE_ADDR is not on this host: doctor reports it; go unbound
+                continue
+            last = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+            time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
+            continue
+        reader = FrameReader(max_payload=limits.max_message_bytes, expect={Kind.HELLO})
+        try:
+            frame = read_frame(sock, reader, time.monotonic() + limits.peer_timeout)
+            hello = decode_object(frame.payload)
+        except EOFError:  # the primary was at its connection limit, or just closing: retry
+            sock.close()
+            last = "the connection was closed before the primary's greeting"
+            time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
+            continue
+        except TimeoutError as e:
+            sock.close()
+            raise PreflightError(
+                f"something accepted the connection at {where} but sent no preflight greeting "
+                f"within {limits.peer_timeout:.0f} s: another program may own port {port}; "
+                "choose another --port on every node"
+            ) from e
+        except WireError as e:
+            sock.close()
+            raise PreflightError(
+                f"{where} does not speak clusterenv preflight ({e}): another program owns port "
+                f"{port}, or the primary runs another clusterenv release"
+            ) from e
+        except OSError as e:
+            sock.close()
+            last = e.strerror or str(e)
+            continue
+        return sock, hello
+
+
+def run_node(
+    fingerprint: Fingerprint,
+    *,
+    primary_addr: str,
+    port: int,
+    timeout: float,
+    token: bytes | None = None,
+    source_addr: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> Verdict:
+    """Send ``fingerprint`` to the primary and return its verdict.
+
+    Args:
+        fingerprint: This node's fingerprint.
+        primary_addr: e.g. ``"10.65.0.2"``.
+        port: The preflight port, e.g. ``29501``.
+        timeout: Seconds to keep trying to reach the primary, e.g. ``30``.
+        token: The shared secret, when ``CLUSTERENV_PREFLIGHT_TOKEN`` is set.
+        source_addr: Bind the connection to this local address (the node's ``NODE_ADDR``), so
+            it leaves through the cluster interface; ignored when the address is not local.
+        limits: Size and time bounds.
+
+    Raises:
+        PreflightError: With what failed and what to check.
+    """
+    where = _endpoint(primary_addr, port)
+    start = time.monotonic()
+    sock, hello = _connect(primary_addr, port, deadline=start + timeout,
+                           source_addr=source_addr, limits=limits)
+    ring: RingListener | None = None
+    try:
+        nonce_hex, auth = hello.get("nonce"), hello.get("auth")
+        if not isinstance(nonce_hex, str) or len(nonce_hex) != 32 or not isinstance(auth, bool):
+            raise PreflightError(f"the primary at {where} sent a malformed greeting")
+        primary_nonce = bytes.fromhex(nonce_hex)
+        announced = hello.get("timeout_s")
+        wait = float(announced) if isinstance(announced, (int, float)) else timeout
+        until = time.monotonic() + min(max(wait, 0.0) + _VERDICT_MARGIN_S, _MAX_WAIT_S)
+        body: dict[str, Any] = {"fingerprint": fingerprint.to_wire()}
+        my_nonce = new_nonce()
+        body["nonce"] = my_nonce.hex()
+        if hello.get("ring") is True:
+            local = str(sock.getsockname()[0])
+            with contextlib.suppress(OSError):
+                ring = RingListener(local, port)
+                body["ring"] = {"addr": ring.addr, "port": ring.port}
+        sock.settimeout(limits.send_timeout)
+        sock.sendall(encode_frame(Kind.FINGERPRINT, encode_json(body), token=token,
+                                  nonce=primary_nonce))
+        reader = FrameReader(max_payload=limits.max_verdict_bytes,
+                             expect={Kind.VERDICT, Kind.REJECT, Kind.RING})
+        while True:
+            try:
+                frame = read_frame(sock, reader, until)
+            except TimeoutError as e:
+                raise PreflightError(
+                    f"the primary at {where} took this node's fingerprint but sent no verdict in "
+                    f"{wait + _VERDICT_MARGIN_S:.0f} s; its own output says why"
+                ) from e
+            except EOFError as e:
+                raise PreflightError(
+                    f"the primary at {where} closed the connection without a verdict (it stopped, "
+                    "or was interrupted); its own output says why"
+                ) from e
+            if frame.kind == Kind.REJECT:
+                reason = decode_object(frame.payload).get("reason", "no reason given")
+                raise PreflightError(f"the primary at {where} refused this node: {reason}")
+            if token is not None and not verify_mac(frame, token=token, nonce=my_nonce):
+                raise PreflightError(
+                    f"the {Kind.NAMES[frame.kind]} from {where} is not authenticated with this "
+                    f"node's {TOKEN_VARIABLE}: set the same token on every node (or on none); "
+                    "an unauthenticated verdict is not trusted"
+                )
+            body = decode_object(frame.payload)
+            if frame.kind == Kind.VERDICT:
+                return Verdict.from_wire(body)
+            _answer_ring(sock, body, rank=fingerprint.rank, token=token, nonce=primary_nonce,
+                         limits=limits)
+    except WireError as e:
+        raise PreflightError(f"bad message from the primary at {where}: {e}") from e
+    except OSError as e:
+        raise PreflightError(
+            f"lost the connection to the primary at {where}: {e.strerror or e}"
+        ) from e
+    finally:
+        sock.close()
+        if ring is not None:
+            ring.close()
+
+
+def _answer_ring(sock: socket.socket, body: dict[str, Any], *, rank: int | None,
+                 token: bytes | None, nonce: bytes, limits: Limits) -> None:
+    target = body.get("target")
+    if not isinstance(target, dict):
+        raise WireError("ring message without a target")
+    addr, port = target.get("addr"), target.get("port")
+    if not isinstance(addr, str) or not isinstance(port, int) or not 0 < port < 65536:
+        raise WireError("ring target must have 'addr' and 'port'")
+    ok, detail = probe(addr, port, rank=rank, timeout=PROBE_TIMEOUT_S)
+    result = encode_json({"ok": ok, "detail": detail[:500]})
+    sock.settimeout(limits.send_timeout)
+    sock.sendall(encode_frame(Kind.RING_RESULT, result, token=token, nonce=nonce))

@@ -1,0 +1,359 @@
+"""The primary's side of preflight: collect fingerprints, compare, answer every node.
+
+Phases, all in one thread on one :class:`~clusterenv._preflight_loop.ConnectionLoop`:
+
+1. *collect*: greet each connection with ``HELLO`` (a fresh nonce, whether a token is required,
+   the seconds left), read one fingerprint per connection, until every rank
+   ``0..NUM_NODES-1`` has reported, or ``NUM_NODES`` fingerprints arrived and :data:`GRACE_S`
+   passed (a duplicated rank then costs a second, not the whole timeout), or the deadline;
+2. *ring* (optional): tell each node its successor in rank order, collect the probe results;
+3. *deliver*: send the verdict to every node (MACed with each node's nonce when there is a
+   token), then close everything.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from clusterenv._preflight_compare import compare
+from clusterenv._preflight_fingerprint import Fingerprint
+from clusterenv._preflight_loop import Conn, ConnectionLoop, host_of
+from clusterenv._preflight_ring import PROBE_TIMEOUT_S, probe
+from clusterenv._preflight_verdict import TABLE_LIMIT, NodeRef, NodeSummary, RingHop, Verdict
+from clusterenv._preflight_wire import (
+    DEFAULT_LIMITS,
+    Frame,
+    Kind,
+    Limits,
+    WireError,
+    decode_object,
+    encode_frame,
+    encode_json,
+    verify_mac,
+)
+
+__all__ = ["GRACE_S", "PrimaryServer", "serve_primary"]
+
+#: Seconds the primary waits for stragglers once NUM_NODES fingerprints arrived but some rank is
+#: still missing (a duplicate rank took its place).
+GRACE_S = 1.0
+_RING_TIMEOUT_S = 5.0
+
+
+def _node_order(entry: tuple[str, Fingerprint | int | None]) -> tuple[object, ...]:
+    """Sort key: rank (unknown last), then address in numeric order (10.65.0.3 before .10)."""
+    addr, what = entry
+    rank = what.rank if isinstance(what, Fingerprint) else what
+    try:
+        ip = ipaddress.ip_address(addr)
+        where: tuple[int, int, str] = (ip.version, int(ip), "")
+    except ValueError:
+        where = (9, 0, addr)
+    return (rank is None, rank or 0, where)
+
+
+class PrimaryServer(ConnectionLoop):
+    """The primary: listener, collection, comparison and answers (see the module docstring).
+
+    Args:
+        own: The primary's own fingerprint (entry 0 of the verdict).
+        listen_addr: The one address to bind, e.g. ``"10.65.0.2"`` (never a wildcard in
+            production; tests and benchmarks pass ``"127.0.0.1"``).
+        port: TCP port, e.g. ``29501``; ``0`` lets the kernel choose (see :attr:`port`).
+        expected_nodes: ``NUM_NODES``, e.g. ``4``.
+        timeout: Seconds to wait for every node, from :meth:`serve`, e.g. ``30``.
+        token: The shared secret; when given, fingerprints without a valid MAC are refused.
+        ring: Ask the nodes to probe their successor in rank order.
+        limits: Size, time and connection bounds.
+
+    Example::
+
+        with PrimaryServer(fp, listen_addr="127.0.0.1", port=0, expected_nodes=3,
+                           timeout=10) as server:
+            start_nodes(server.port)
+            verdict = server.serve()
+    """
+
+    def __init__(
+        self,
+        own: Fingerprint,
+        *,
+        listen_addr: str,
+        port: int,
+        expected_nodes: int,
+        timeout: float,
+        token: bytes | None = None,
+        ring: bool = False,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        nodes = max(1, expected_nodes)
+        expect = {Kind.FINGERPRINT, Kind.PROBE, *((Kind.RING_RESULT,) if ring else ())}
+        super().__init__(
+            listen_addr=listen_addr, port=port, limits=limits, expect=expect,
+            max_active=nodes - 1 + limits.connection_slack,
+            max_total=limits.max_connections * nodes + 64,
+        )
+        self.own = own
+        self.expected_nodes = nodes
+        self.timeout = timeout
+        self.token = token or None
+        self.ring = ring
+        self._accepted: list[Conn] = []
+        self._collecting = True
+        self._deadline = float("inf")
+
+    def __enter__(self) -> PrimaryServer:
+        self.bind()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def serve(self) -> Verdict:
+        """Run all phases and return the verdict sent to every node; always closes everything.
+
+        Raises:
+            OSError: When the address cannot be bound.
+        """
+        start = time.monotonic()
+        try:
+            self._start()
+            self._deadline = start + self.timeout
+            self._collect(self._deadline)
+            ring = self._ring_phase() if self.ring else ()
+            verdict = self._verdict(start, ring)
+            self._deliver(verdict)
+            return verdict
+        finally:
+            self.close()
+
+    def _collect(self, deadline: float) -> None:
+        ranks: set[int | None] = {self.own.rank}
+        counted = 0
+        full_since: float | None = None
+        while time.monotonic() < deadline:
+            if counted != len(self._accepted):  # cheap: only recount when something changed
+                ranks = {self.own.rank} | {c.fingerprint.rank for c in self._accepted
+                                           if c.fingerprint is not None}
+                counted = len(self._accepted)
+            if all(r in ranks for r in range(self.expected_nodes)):
+                break
+            if 1 + len(self._accepted) >= self.expected_nodes:
+                full_since = full_since or time.monotonic()
+                if time.monotonic() - full_since >= GRACE_S:
+                    break
+            until = deadline if full_since is None else min(deadline, full_since + GRACE_S)
+            self._loop_once(until)
+        self._collecting = False
+        for conn in [c for c in self._conns.values() if c.state == "hello"]:
+            self._reject(conn, "the primary's deadline passed before this node's fingerprint "
+                         "arrived", record=False)
+        if not self.ring:
+            self._stop_listening()  # late nodes now get "connection refused" at once
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    def _greet(self, conn: Conn) -> None:
+        # A node waits for the verdict as long as this says (plus a margin), however short its
+        # own --timeout: the primary may have started later.
+        remaining = round(max(0.0, self._deadline - time.monotonic()), 3)
+        hello = {"nonce": conn.nonce.hex(), "auth": self.token is not None, "ring": self.ring,
+                 "timeout_s": remaining}
+        self._send(conn, encode_frame(Kind.HELLO, encode_json(hello)))
+
+    def _on_frame(self, conn: Conn, frame: Frame) -> None:
+        if conn.state not in ("hello", "ring"):
+            raise WireError("more than one message on one connection")
+        if conn.state == "hello" and frame.kind == Kind.PROBE:
+            conn.state = "closing"
+            conn.deadline = time.monotonic() + self.limits.send_timeout
+            self._send(conn, encode_frame(Kind.PROBE_ACK, b"{}"))
+            return
+        wanted = Kind.FINGERPRINT if conn.state == "hello" else Kind.RING_RESULT
+        if frame.kind != wanted:
+            raise WireError(f"unexpected {Kind.NAMES[frame.kind]} message (expected "
+                            f"{Kind.NAMES[wanted]})")
+        self._check_mac(frame, conn.nonce)
+        body = decode_object(frame.payload)
+        if conn.state == "ring":
+            ok, detail = body.get("ok"), body.get("detail", "")
+            if not isinstance(ok, bool) or not isinstance(detail, str) or len(detail) > 512:
+                raise WireError("malformed ring probe result")
+            conn.ring_result = {"ok": ok, "detail": detail}
+            conn.state = "waiting"
+            conn.deadline = float("inf")
+            return
+        if not self._collecting:
+            raise WireError("too late: the primary had stopped collecting fingerprints")
+        self._accept_fingerprint(conn, body)
+
+    def _check_mac(self, frame: Frame, nonce: bytes) -> None:
+        if self.token is None or verify_mac(frame, token=self.token, nonce=nonce):
+            return
+        if frame.mac:
+            raise WireError("invalid MAC: this node's CLUSTERENV_PREFLIGHT_TOKEN differs from "
+                            "the primary's")
+        raise WireError("no MAC, but the primary requires CLUSTERENV_PREFLIGHT_TOKEN on every "
+                        "node: set the same token there")
+
+    def _accept_fingerprint(self, conn: Conn, body: dict[str, Any]) -> None:
+        nonce = body.get("nonce")
+        fp_data = body.get("fingerprint")
+        if not isinstance(nonce, str) or len(nonce) != 32 or not isinstance(fp_data, dict):
+            raise WireError("fingerprint message must carry 'fingerprint' and a 32-hex 'nonce'")
+        try:
+            conn.client_nonce = bytes.fromhex(nonce)
+        except ValueError as e:
+            raise WireError("fingerprint 'nonce' is not hexadecimal") from e
+        ring = body.get("ring")
+        if isinstance(ring, dict):
+            addr, port = ring.get("addr"), ring.get("port")
+            if isinstance(addr, str) and len(addr) <= 64 and isinstance(port, int) \
+                    and 0 < port < 65536:
+                conn.ring_addr = (addr, port)
+        conn.fingerprint = Fingerprint.from_wire(fp_data)
+        conn.state = "waiting"
+        conn.deadline = float("inf")  # now it waits for the verdict, as long as collection runs
+        self._accepted.append(conn)
+
+    def _on_peer_closed(self, conn: Conn) -> None:
+        if conn.state == "ring":
+            conn.ring_result = {"ok": False, "detail": "the node left before reporting"}
+        self._drop(conn)  # a node that gave up waiting: its fingerprint still counts
+
+    def _on_timeout(self, conn: Conn) -> None:
+        if conn.state == "ring":
+            conn.ring_result = {"ok": False, "detail": "no probe result in time"}
+            conn.state = "waiting"
+            conn.deadline = float("inf")
+        else:
+            self._drop(conn)
+
+    def _on_rejected(self, conn: Conn) -> None:
+        if conn.fingerprint is not None and conn in self._accepted:
+            self._accepted.remove(conn)
+
+    # -- ring, verdict, delivery ----------------------------------------------------------------
+
+    def _ring_phase(self) -> tuple[RingHop, ...]:
+        members: list[tuple[NodeRef, tuple[str, int] | None, Conn | None]] = [
+            (NodeRef(self.own.rank, self.listen_addr, self.own.hostname),
+             (self.listen_addr, self.port), None)
+        ]
+        for member in self._accepted:
+            if (fp := member.fingerprint) is not None:
+                members.append((NodeRef(fp.rank, host_of(member.peer), fp.hostname),
+                                member.ring_addr, member))
+        members.sort(key=lambda m: _node_order((m[0].addr or "", m[0].rank)))
+        if len(members) < 2:
+            return ()
+        own_result: dict[str, Any] = {}
+        own_thread: threading.Thread | None = None
+
+        def own_probe(addr: str, port: int) -> None:
+            ok, detail = probe(addr, port, rank=self.own.rank, timeout=PROBE_TIMEOUT_S)
+            own_result.update(ok=ok, detail=detail)
+
+        deadline = time.monotonic() + _RING_TIMEOUT_S
+        for index, (_, _, node) in enumerate(members):
+            target_ref, target_addr, _ = members[(index + 1) % len(members)]
+            if node is None:
+                if target_addr is not None:
+                    own_thread = threading.Thread(target=own_probe, args=target_addr,
+                                                  daemon=True)
+                    own_thread.start()
+                continue
+            if target_addr is None:
+                node.ring_result = {"ok": False, "detail": f"{target_ref} has no ring listener"}
+                continue
+            message = encode_json({"target": {"addr": target_addr[0], "port": target_addr[1],
+                                              "rank": target_ref.rank}})
+            node.state = "ring"
+            node.deadline = deadline
+            self._send(node, encode_frame(Kind.RING, message, token=self.token,
+                                          nonce=node.client_nonce))
+        while time.monotonic() < deadline and any(
+            c.state == "ring" and c.sock.fileno() >= 0 for c in self._accepted
+        ):
+            self._loop_once(deadline)
+        if own_thread is not None:
+            own_thread.join(max(0.0, deadline - time.monotonic()) + PROBE_TIMEOUT_S)
+        hops = []
+        for index, (ref, _, node) in enumerate(members):
+            target = members[(index + 1) % len(members)][0]
+            result = own_result if node is None else (node.ring_result or {})
+            ok = bool(result.get("ok"))
+            detail = str(result.get("detail", "no probe result"))
+            hops.append(RingHop(ref, target, ok, detail))
+        return tuple(hops)
+
+    def _verdict(self, start: float, ring: tuple[RingHop, ...]) -> Verdict:
+        # The primary first, then rank and address order: the verdict does not depend on
+        # which node happened to arrive first.
+        others = sorted(((host_of(c.peer), fp) for c in self._accepted
+                         if (fp := c.fingerprint) is not None), key=_node_order)
+        entries = [(self.listen_addr, self.own), *others]
+        problems = compare(
+            entries, expected_nodes=self.expected_nodes, waited_s=time.monotonic() - start,
+            rejected=self.rejected, rejected_total=self.rejected_total, ring=ring,
+        )
+        order = sorted(entries, key=_node_order)
+        hops = ring
+        if len(entries) > TABLE_LIMIT:
+            named = {(n.rank, n.addr) for p in problems for n in p.nodes}
+            order = [e for e in order if (e[1].rank, e[0]) in named]
+            hops = tuple(h for h in ring if not h.ok)
+        return Verdict(
+            expected_nodes=self.expected_nodes, primary=self.endpoint,
+            nodes=tuple(NodeSummary.of(addr, fp) for addr, fp in order), problems=tuple(problems),
+            rejected=tuple(self.rejected), rejected_total=self.rejected_total, ring=hops,
+            elapsed_s=round(time.monotonic() - start, 3), reported=len(entries),
+            ring_probed=len(ring),
+        )
+
+    def _deliver(self, verdict: Verdict) -> None:
+        self._stop_listening()
+        payload = encode_json(verdict.to_wire())
+        plain = encode_frame(Kind.VERDICT, payload) if self.token is None else b""
+        deadline = time.monotonic() + self.limits.send_timeout
+        for conn in list(self._accepted):
+            if conn.sock.fileno() < 0:
+                continue
+            frame = plain or encode_frame(Kind.VERDICT, payload, token=self.token,
+                                          nonce=conn.client_nonce)
+            conn.state = "closing"
+            conn.deadline = deadline
+            self._send(conn, frame)
+        while self._conns and time.monotonic() < deadline:
+            self._loop_once(deadline)
+
+
+def serve_primary(
+    own: Fingerprint,
+    *,
+    listen_addr: str,
+    port: int,
+    expected_nodes: int,
+    timeout: float,
+    token: bytes | None = None,
+    ring: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+    on_listening: Callable[[int], None] | None = None,
+) -> Verdict:
+    """Run the primary once: bind ``listen_addr:port``, collect, compare, answer, close.
+
+    ``on_listening`` is called with the bound port once the listener accepts connections (tests
+    and benchmarks pass ``port=0`` and learn the port there).
+
+    Raises:
+        OSError: When the address cannot be bound (not on this host, port in use).
+    """
+    with PrimaryServer(own, listen_addr=listen_addr, port=port, expected_nodes=expected_nodes,
+                       timeout=timeout, token=token, ring=ring, limits=limits) as server:
+        if on_listening is not None:
+            on_listening(server.port)
+        return server.serve()

@@ -1,0 +1,227 @@
+"""Cross-node preflight (DESIGN §7): check the whole cluster in seconds and name the broken node.
+
+Run ``clusterenv preflight`` (or :func:`preflight`) on every node at once. The node that holds
+``PRIMARY_ADDR`` becomes the primary: it listens on that address only, on the preflight port
+(default ``PRIMARY_PORT + 1``, so never the torchrun rendezvous port), and waits for every other
+node's fingerprint. The others connect, retrying until the timeout, send theirs, and wait. The
+primary compares them all and sends one verdict that every node prints:
+
+- missing, duplicate and out-of-range ranks, each named;
+- ``NCCL_*``, ``GLOO_*``, ``TORCH_NCCL_*``, ``TORCH_DISTRIBUTED_*``, ``CUDA_VISIBLE_DEVICES`` and
+  ``TP_SOCKET_IFNAME`` that differ (which variable, which nodes, which values);
+- the cluster contract (``NUM_NODES``, ``NUM_TRAINERS``, ``PRIMARY_ADDR``, ``PRIMARY_PORT``);
+- MTU and name of the cluster interface; RDMA transport, number and rate of usable ports;
+- GPUs against ``NUM_TRAINERS``; nodes whose local ``doctor`` has errors;
+- torch and NCCL versions (read without importing either);
+- optionally, a ring: each node opens a TCP connection to the next node in rank order.
+
+Exit codes: ``0`` consistent, ``1`` problems found (every node exits 1), ``2`` preflight could not
+complete on this node (the primary never answered, refused this node, or the port was taken).
+
+Example::
+
+    from clusterenv.preflight import preflight
+
+    result = preflight(timeout=30)
+    if result.exit_code:
+        for problem in result.verdict.problems if result.verdict else ():
+            print(problem.title)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from clusterenv._preflight_compare import compare
+from clusterenv._preflight_fingerprint import (
+    TOKEN_VARIABLE,
+    Fingerprint,
+    RdmaSummary,
+    _collect,
+    collect_fingerprint,
+)
+from clusterenv._preflight_node import PreflightError, run_node
+from clusterenv._preflight_server import PrimaryServer, serve_primary
+from clusterenv._preflight_verdict import NodeRef, NodeSummary, Problem, RingHop, Verdict
+from clusterenv._preflight_wire import DEFAULT_LIMITS, Limits
+from clusterenv._root import Root, as_root
+
+if TYPE_CHECKING:
+    from clusterenv._facts import Facts
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "TOKEN_VARIABLE",
+    "Fingerprint",
+    "Limits",
+    "NodeRef",
+    "NodeSummary",
+    "PreflightError",
+    "PreflightResult",
+    "PrimaryServer",
+    "Problem",
+    "RdmaSummary",
+    "RingHop",
+    "Verdict",
+    "collect_fingerprint",
+    "compare",
+    "default_port",
+    "preflight",
+    "run_node",
+    "serve_primary",
+]
+
+Role = Literal["primary", "node", "single"]
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightResult:
+    """What preflight concluded on this node.
+
+    Attributes:
+        exit_code: ``0`` consistent, ``1`` problems found, ``2`` could not complete.
+        role: ``"primary"`` (this node collected and compared), ``"node"`` (it reported to the
+            primary) or ``"single"`` (a one-node job: nothing to compare across nodes).
+        rank: This node's ``NODE_RANK``, e.g. ``1``; None when unreadable.
+        endpoint: The primary's preflight address, e.g. ``"10.65.0.2:29501"``.
+        verdict: The verdict every node printed; None when preflight could not complete.
+        error: Why it could not complete, naming the address and what to check; else None.
+        elapsed_s: Seconds this node spent, e.g. ``0.42``.
+    """
+
+    __json_extra__: ClassVar[tuple[str, ...]] = ("ok",)
+
+    exit_code: int
+    role: Role
+    rank: int | None
+    endpoint: str | None
+    verdict: Verdict | None
+    error: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the cluster is consistent (exit code 0)."""
+        return self.exit_code == 0
+
+
+def default_port(primary_port: int | None) -> int:
+    """The preflight port: ``PRIMARY_PORT + 1`` (``29501`` for the usual ``29500``).
+
+    One above the rendezvous port, so preflight never holds the port torchrun's store needs;
+    ``65534`` when ``PRIMARY_PORT`` is ``65535``.
+    """
+    base = primary_port or 29500
+    return base + 1 if base < 65535 else base - 1
+
+
+def _endpoint(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _local_primary_address(facts: Facts, primary: str) -> str | None:
+    """The address of ``primary`` that this node holds (so it is the primary), else None."""
+    try:
+        candidates = [str(ipaddress.ip_address(primary.strip("[]")))]
+    except ValueError:  # a host name: this node is the primary if it holds what it resolves to
+        try:
+            infos = socket.getaddrinfo(primary, None, type=socket.SOCK_STREAM)
+        except OSError:
+            return None
+        candidates = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    for address in candidates:
+        try:
+            if facts.network.owner_of(address) is not None:
+                return address
+        except ValueError:
+            continue
+    return None
+
+
+def preflight(
+    *,
+    environ: Mapping[str, str] | None = None,
+    root: Root | str | os.PathLike[str] = "/",
+    timeout: float = 30.0,
+    port: int | None = None,
+    ring: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+) -> PreflightResult:
+    """Run preflight on this node (start it on every node at about the same time).
+
+    Args:
+        environ: The environment; None reads ``os.environ`` at call time.
+        root: ``/`` or a host snapshot (the fingerprint is read from it; the network is live).
+        timeout: Seconds the primary waits for every node and a node keeps trying to reach the
+            primary, e.g. ``30``.
+        port: Preflight TCP port; default :func:`default_port` (``PRIMARY_PORT + 1``). Must be
+            the same on every node.
+        ring: On the primary: also have each node open a TCP connection to the next node.
+            Nodes follow the primary's choice.
+        limits: Size, time and connection bounds.
+
+    Returns:
+        The result; ``exit_code`` 2 with ``error`` set when it could not complete.
+
+    Raises:
+        ValueError: ``timeout`` not positive or ``port`` outside 1–65535.
+        DiscoveryError: When ``root`` cannot be read.
+    """
+    if not timeout > 0:
+        raise ValueError(f"timeout={timeout!r}: expected a positive number of seconds")
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"port={port!r}: expected 1..65535")
+    start = time.monotonic()
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    own, facts = _collect(env, as_root(root))
+    token = env.get(TOKEN_VARIABLE, "").encode() or None
+
+    def failed(role: Role, endpoint: str | None, error: str) -> PreflightResult:
+        return PreflightResult(2, role, own.rank, endpoint, None, error,
+                               round(time.monotonic() - start, 3))
+
+    if own.num_nodes is None or own.primary_addr is None:
+        return failed("node", None, "cannot tell the cluster from this environment (NUM_NODES "
+                      "and PRIMARY_ADDR/MASTER_ADDR are needed); `clusterenv doctor` says what is "
+                      "wrong")
+    chosen_port = port if port is not None else default_port(own.primary_port)
+    if own.num_nodes <= 1:
+        addr = own.node_addr or own.primary_addr
+        verdict = Verdict(
+            expected_nodes=1, primary="local", nodes=(NodeSummary.of(addr, own),),
+            problems=tuple(compare([(addr, own)], expected_nodes=1)),
+            elapsed_s=round(time.monotonic() - start, 3), reported=1,
+        )
+        return PreflightResult(verdict.exit_code, "single", own.rank, None, verdict, None,
+                               verdict.elapsed_s)
+    listen = _local_primary_address(facts, own.primary_addr)
+    if listen is not None:
+        endpoint = _endpoint(listen, chosen_port)
+        try:
+            verdict = serve_primary(own, listen_addr=listen, port=chosen_port,
+                                    expected_nodes=own.num_nodes, timeout=timeout, token=token,
+                                    ring=ring, limits=limits)
+        except OSError as e:
+            return failed("primary", endpoint, f"cannot listen on {endpoint}: "
+                          f"{e.strerror or e}; another program may hold the port: choose another "
+                          "--port (the same on every node)")
+        return PreflightResult(verdict.exit_code, "primary", own.rank, endpoint, verdict, None,
+                               round(time.monotonic() - start, 3))
+    endpoint = _endpoint(own.primary_addr, chosen_port)
+    try:
+        verdict = run_node(own, primary_addr=own.primary_addr, port=chosen_port, timeout=timeout,
+                           token=token, source_addr=own.node_addr, limits=limits)
+    except PreflightError as e:
+        message = str(e)
+        if own.rank == 0:
+            message += (f". Note: this node has NODE_RANK=0 but holds no address of PRIMARY_ADDR="
+                        f"{own.primary_addr}, so it did not act as the primary")
+        return failed("node", endpoint, message)
+    return PreflightResult(verdict.exit_code, "node", own.rank, endpoint, verdict, None,
+                           round(time.monotonic() - start, 3))
