@@ -21,7 +21,11 @@ __all__ = ["VERBS", "build_parser", "main"]
 VERBS: dict[str, str] = {
     "show": "show",
     "doctor": "doctor",
+    "env": "env",
     "capture": "capture",
+    "nccl-log": "nccl_log",
+    "launch": "launch",
+    "preflight": "preflight",
 }
 
 
