@@ -159,8 +159,11 @@ def test_detect_agrees_with_ip_and_replays_from_a_capture(namespace: str, tmp_pa
     detected = json.loads(inside.stdout)
     assert _ip_addr(namespace) == expected, "the namespace changed while it was read"
 
-    # What the kernel says and what clusterenv says agree.
+    # What the kernel says and what clusterenv says agree: the API and `clusterenv show --json`.
     assert _facts(detected["network"]) == expected
+    shown = _in_namespace(namespace, "-m", "clusterenv", "show", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert _facts(json.loads(shown.stdout)["network"]) == expected
 
     network = {i["name"]: i for i in detected["network"]["interfaces"]}
     assert set(network) == {"lo", "ve0", "ve1", "br0", "dm0"}
@@ -202,6 +205,13 @@ def test_detect_agrees_with_ip_and_replays_from_a_capture(namespace: str, tmp_pa
         ]
 
     assert comparable(to_jsonable(replayed)) == comparable(detected["network"])
+    replayed_show = _in_namespace(
+        namespace, "-m", "clusterenv", "show", "--json", "--root", str(snapshot)
+    )
+    assert replayed_show.returncode == 0, replayed_show.stderr
+    assert comparable(json.loads(replayed_show.stdout)["network"]) == comparable(
+        detected["network"]
+    )
     assert {ip: route_interface(ip, root=snapshot) for ip in PROBES} == detected["routes"]
     macs = {i.mac for i in replayed if not i.is_loopback}
     assert all(m is not None and m.startswith("02:00:00:00:") for m in macs)
