@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.test_config import RUNPOD
 
 from clusterenv.cli import main
 from clusterenv.testing import HostBuilder
+from tests.test_config import RUNPOD
 
 
 def snapshot(tmp_path: Path, environ: dict[str, str]) -> str:
