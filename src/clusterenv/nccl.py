@@ -333,7 +333,7 @@ def apply_nccl_defaults(
 
     Warns:
         ClusterEnvWarning: For each kept user value known to be harmful, and when
-        ``torch.distributed`` is already initialised (the changes come too late for it).
+            ``torch.distributed`` is already initialised (the changes come too late for it).
     """
     target: MutableMapping[str, str] = os.environ if environ is None else environ
     plan = plan_nccl_env(environ=target, root=root, debug=debug, override=override)
