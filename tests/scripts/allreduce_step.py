@@ -53,11 +53,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         dist.destroy_process_group()
 
     verdict = "ok" if total == expected else "MISMATCH"
-    print(
+    line = (
         f"allreduce_step rank={rank} world_size={world_size} backend={backend} "
-        f"host={socket.gethostname()} sum={total:g} expected={expected:g} {verdict}",
-        flush=True,
+        f"host={socket.gethostname()} sum={total:g} expected={expected:g} {verdict}\n"
     )
+    # One write(2) per line: the ranks of a node share one pipe, and print() may split a line
+    # into two writes that another rank's line can land between.
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), line.encode())
     return 0 if verdict == "ok" else 1
 
 
