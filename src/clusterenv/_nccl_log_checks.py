@@ -217,16 +217,23 @@ def _quote(messages: Sequence[LogMessage]) -> list[str]:
     return lines
 
 
+def _unopenable(log: NcclLog) -> list[LogMessage]:
+    """``Call to ibv_open_device failed`` / ``Unable to open device``: RDMA seen, not opened."""
+    return [m for m in log.messages("ibverbs")
+            if "open device" in m.text or "ibv_open_device" in m.text]
+
+
 def _transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
     socket_ranks = [r for r in log.ranks if r.transport == "Socket"]
     if not socket_ranks:
         return []
     rdma_ranks = [r for r in log.ranks if r.transport and r.transport != "Socket"]
-    ibverbs = log.messages("ibverbs")
-    unopenable = [m for m in ibverbs if "open device" in m.text or "ibv_open_device" in m.text]
+    unopenable = _unopenable(log)
     hca = log.env.get("NCCL_IB_HCA")
     ib_disable = log.env.get("NCCL_IB_DISABLE", "0") not in ("", "0")
-    net = log.env.get("NCCL_NET", "")
+    # The setting that kept NCCL off RDMA, if one did.
+    knob = ("NCCL_IB_DISABLE" if ib_disable
+            else "NCCL_NET" if log.env.get("NCCL_NET", "").lower() == "socket" else None)
     reasons: list[str] = []
     if unopenable:
         reasons.append("NCCL found RDMA devices it could not open")
@@ -241,16 +248,15 @@ def _transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
                 f"{_labels(socket_ranks)}"]
     evidence += [f"because {reason}" for reason in reasons]
     evidence += _quote(unopenable or list(log.messages("no-device")))
-    if ib_disable or net.lower() == "socket":
-        name = "NCCL_IB_DISABLE" if ib_disable else "NCCL_NET"
-        setting = f"{name}={log.env[name]}"
+    if knob is not None:
+        setting = f"{knob}={log.env[knob]}"
         evidence.append(f"{setting} set by environment")
         if not reasons:
             return [Finding(
                 CODE_IB_DISABLED, "info",
                 f"NCCL used TCP sockets because {setting} disables RDMA",
                 tuple(evidence),
-                f"if these nodes have InfiniBand/RoCE NICs, unset {name}: it is "
+                f"if these nodes have InfiniBand/RoCE NICs, unset {knob}: it is "
                 "a debugging knob and costs most of the inter-node bandwidth",
             )]
     if not reasons:
@@ -261,8 +267,7 @@ def _transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
         "(libibverbs and the mlx5 provider) in the image, and check that NCCL_IB_HCA names "
         "devices of this host (`clusterenv doctor`)"
     )
-    if ib_disable or net.lower() == "socket":
-        knob = "NCCL_IB_DISABLE" if ib_disable else "NCCL_NET"
+    if knob is not None:
         fix = f"unset {knob} (it keeps NCCL off RDMA), then " + fix
     return [Finding(
         CODE_SOCKET_FALLBACK, "error",
@@ -462,8 +467,7 @@ def _message_checks(log: NcclLog) -> list[Finding]:
     findings = []
     ibverbs = log.messages("ibverbs")
     if ibverbs:
-        device = any("open device" in m.text or "ibv_open_device" in m.text for m in ibverbs)
-        if device:
+        if _unopenable(log):
             findings.append(Finding(
                 CODE_IBVERBS_FAILURE, "error",
                 "NCCL saw RDMA devices but could not open them (Call to ibv_open_device failed)",

@@ -100,6 +100,11 @@ _RESULT_NAMES = {
     "7": "ncclInProgress",
 }
 
+# A socket call that failed: a WARN of kind "connect", and a notice when NCCL logs it as INFO.
+_CONNECT = re.compile(
+    r"(?i)(?:connect|recv|send)\w*\b.{0,200}?"
+    r"(?:timed out|refused|abort|unreachable|no route to host|reset by peer|timeout)"
+)
 # The first matching rule names what a WARN (or notable INFO) line is about.
 _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("memlock", re.compile(r"ibv_reg_mr|RLIMIT_MEMLOCK|Cannot allocate memory")),
@@ -110,16 +115,9 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "no-interface",
         re.compile(r"no socket interface|[Nn]o IP interface|no interface found|neither AF_INET"),
     ),
-    (
-        "connect",
-        re.compile(
-            r"(?i)(?:connect|recv|send)\w*\b.{0,200}?"
-            r"(?:timed out|refused|abort|unreachable|no route to host|reset by peer|timeout)"
-        ),
-    ),
+    ("connect", _CONNECT),
     ("plugin", re.compile(r"NET/OFI|NET/Plugin|libnccl-net|[Pp]lugin")),
 )
-_CONNECT = _KINDS[5][1]
 
 
 @lru_cache(maxsize=4096)

@@ -7,11 +7,11 @@ the fifteen that agree. Every problem carries the values each group reported as 
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from clusterenv._addresses import parse_ip
 from clusterenv._preflight_fingerprint import Fingerprint
 from clusterenv._preflight_verdict import NodeRef, Problem, RingHop
 from clusterenv.findings import Finding, Severity
@@ -329,15 +329,10 @@ def _token_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 
 def _same_address(claimed: str, seen: str) -> bool:
-    try:
-        a, b = ipaddress.ip_address(claimed), ipaddress.ip_address(seen)
+    try:  # IPv4-mapped IPv6 is the IPv4 address; a zone does not matter here
+        return parse_ip(claimed)[0] == parse_ip(seen)[0]
     except ValueError:
         return claimed == seen
-    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
-        a = a.ipv4_mapped
-    if isinstance(b, ipaddress.IPv6Address) and b.ipv4_mapped is not None:
-        b = b.ipv4_mapped
-    return a == b
 
 
 def _address_problems(entries: Sequence[_Entry]) -> list[Problem]:

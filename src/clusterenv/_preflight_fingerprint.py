@@ -290,7 +290,7 @@ def _findings(data: Mapping[str, Any], name: str) -> tuple[Finding, ...]:
 def _raw_int(environ: Mapping[str, str], *names: str) -> int | None:
     for name in names:
         text = environ.get(name, "").strip()
-        if text.isdigit() and len(text) <= 9:
+        if text.isascii() and text.isdigit() and len(text) <= 9:  # "²".isdigit(), int() refuses
             return int(text)
     return None
 

@@ -16,13 +16,13 @@ other than the first message and the final flush).
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import selectors
 import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from clusterenv._addresses import parse_ip
 from clusterenv._preflight_fingerprint import Fingerprint
 from clusterenv._preflight_wire import (
     Frame,
@@ -34,6 +34,7 @@ from clusterenv._preflight_wire import (
     encode_json,
     new_nonce,
 )
+from clusterenv.sources._base import format_host_port
 
 __all__ = ["Conn", "ConnectionLoop", "host_of", "peer_text"]
 
@@ -67,13 +68,11 @@ class Conn:
 def peer_text(address: Any) -> str:
     """``"10.65.0.3:41000"`` for a socket address; IPv6 in brackets, IPv4-mapped unwrapped."""
     host, port = str(address[0]), address[1]
-    if ":" not in host:
-        return f"{host}:{port}"
     with contextlib.suppress(ValueError):
-        ip = ipaddress.IPv6Address(host.split("%", 1)[0])
-        if ip.ipv4_mapped is not None:
-            return f"{ip.ipv4_mapped}:{port}"
-    return f"[{host}]:{port}"
+        ip, _ = parse_ip(host)
+        if ip.version == 4:  # IPv4, or IPv4-mapped IPv6 unwrapped
+            host = str(ip)
+    return format_host_port(host, port)
 
 
 def host_of(peer: str) -> str:
@@ -129,8 +128,7 @@ class ConnectionLoop:
     @property
     def endpoint(self) -> str:
         """``"10.65.0.2:29501"`` (IPv6 in brackets)."""
-        host = self.listen_addr
-        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+        return format_host_port(self.listen_addr, self.port)
 
     def bind(self) -> int:
         """Bind and listen on ``listen_addr:port`` only; return the port.

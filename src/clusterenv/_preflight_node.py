@@ -30,6 +30,7 @@ from clusterenv._preflight_wire import (
     verify_mac,
 )
 from clusterenv.errors import ClusterEnvError
+from clusterenv.sources._base import format_host_port
 
 __all__ = ["PreflightError", "run_node"]
 
@@ -46,15 +47,11 @@ class PreflightError(ClusterEnvError, RuntimeError):
     refused this node, or answered with something that is not a valid verdict."""
 
 
-def _endpoint(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def _connect(
     host: str, port: int, *, deadline: float, source_addr: str | None, limits: Limits
 ) -> tuple[socket.socket, dict[str, Any]]:
     """Connect (retrying until ``deadline``) and read the primary's ``HELLO``."""
-    where = _endpoint(host, port)
+    where = format_host_port(host, port)
     last = "no attempt finished"
     attempts = 0
     source: tuple[str, int] | None = (source_addr, 0) if source_addr else None
@@ -102,9 +99,10 @@ def _connect(
                 f"{where} does not speak clusterenv preflight ({e}): another program owns port "
                 f"{port}, or the primary runs another clusterenv release"
             ) from e
-        except OSError as e:
+        except OSError as e:  # reset before the greeting: retry, paced like the others
             sock.close()
             last = e.strerror or str(e)
+            time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
             continue
         return sock, hello
 
@@ -134,7 +132,7 @@ def run_node(
     Raises:
         PreflightError: With what failed and what to check.
     """
-    where = _endpoint(primary_addr, port)
+    where = format_host_port(primary_addr, port)
     start = time.monotonic()
     sock, hello = _connect(primary_addr, port, deadline=start + timeout,
                            source_addr=source_addr, limits=limits)

@@ -44,10 +44,8 @@ GRACE_S = 1.0
 _RING_TIMEOUT_S = 5.0
 
 
-def _node_order(entry: tuple[str, Fingerprint | int | None]) -> tuple[object, ...]:
+def _node_order(addr: str, rank: int | None) -> tuple[object, ...]:
     """Sort key: rank (unknown last), then address in numeric order (10.65.0.3 before .10)."""
-    addr, what = entry
-    rank = what.rank if isinstance(what, Fingerprint) else what
     try:
         ip = ipaddress.ip_address(addr)
         where: tuple[int, int, str] = (ip.version, int(ip), "")
@@ -248,7 +246,7 @@ class PrimaryServer(ConnectionLoop):
             if (fp := member.fingerprint) is not None:
                 members.append((NodeRef(fp.rank, host_of(member.peer), fp.hostname),
                                 member.ring_addr, member))
-        members.sort(key=lambda m: _node_order((m[0].addr or "", m[0].rank)))
+        members.sort(key=lambda m: _node_order(m[0].addr or "", m[0].rank))
         if len(members) < 2:
             return ()
         own_result: dict[str, Any] = {}
@@ -294,14 +292,17 @@ class PrimaryServer(ConnectionLoop):
     def _verdict(self, start: float, ring: tuple[RingHop, ...]) -> Verdict:
         # The primary first, then rank and address order: the verdict does not depend on
         # which node happened to arrive first.
+        def order_of(entry: tuple[str, Fingerprint]) -> tuple[object, ...]:
+            return _node_order(entry[0], entry[1].rank)
+
         others = sorted(((host_of(c.peer), fp) for c in self._accepted
-                         if (fp := c.fingerprint) is not None), key=_node_order)
+                         if (fp := c.fingerprint) is not None), key=order_of)
         entries = [(self.listen_addr, self.own), *others]
         problems = compare(
             entries, expected_nodes=self.expected_nodes, waited_s=time.monotonic() - start,
             rejected=self.rejected, rejected_total=self.rejected_total, ring=ring,
         )
-        order = sorted(entries, key=_node_order)
+        order = sorted(entries, key=order_of)
         hops = ring
         if len(entries) > TABLE_LIMIT:
             named = {(n.rank, n.addr) for p in problems for n in p.nodes}

@@ -20,6 +20,7 @@ __all__ = ["TABLE_LIMIT", "NodeRef", "NodeSummary", "Problem", "RingHop", "Verdi
 #: it, only the nodes (and probes) that problems name.
 TABLE_LIMIT = 64
 
+
 @dataclass(frozen=True, slots=True)
 class NodeRef:
     """A node named in a problem.

@@ -51,6 +51,7 @@ from clusterenv._preflight_server import PrimaryServer, serve_primary
 from clusterenv._preflight_verdict import NodeRef, NodeSummary, Problem, RingHop, Verdict
 from clusterenv._preflight_wire import DEFAULT_LIMITS, Limits
 from clusterenv._root import Root, as_root
+from clusterenv.sources._base import format_host_port
 
 if TYPE_CHECKING:
     from clusterenv._facts import Facts
@@ -119,10 +120,6 @@ def default_port(primary_port: int | None) -> int:
     """
     base = primary_port or 29500
     return base + 1 if base < 65535 else base - 1
-
-
-def _endpoint(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _local_primary_address(facts: Facts, primary: str) -> str | None:
@@ -202,7 +199,7 @@ def preflight(
                                verdict.elapsed_s)
     listen = _local_primary_address(facts, own.primary_addr)
     if listen is not None:
-        endpoint = _endpoint(listen, chosen_port)
+        endpoint = format_host_port(listen, chosen_port)
         try:
             verdict = serve_primary(own, listen_addr=listen, port=chosen_port,
                                     expected_nodes=own.num_nodes, timeout=timeout, token=token,
@@ -213,7 +210,7 @@ def preflight(
                           "--port (the same on every node)")
         return PreflightResult(verdict.exit_code, "primary", own.rank, endpoint, verdict, None,
                                round(time.monotonic() - start, 3))
-    endpoint = _endpoint(own.primary_addr, chosen_port)
+    endpoint = format_host_port(own.primary_addr, chosen_port)
     try:
         verdict = run_node(own, primary_addr=own.primary_addr, port=chosen_port, timeout=timeout,
                            token=token, source_addr=own.node_addr, limits=limits)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 HELP = "check the whole cluster at once: run on every node; names the node that differs"
 
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -32,7 +33,7 @@ def _seconds(text: str) -> float:
 
 
 def _port(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port 1-65535")
     return int(text)
 
