@@ -13,21 +13,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from clusterenv.testing import GidSpec, HostBuilder, gid, port
+from tests.test_config import RUNPOD
 
 __all__ = ["B0_ENV", "b0", "roce_gids", "roce_node", "route_table"]
 
-B0_ENV: dict[str, str] = {
-    "PRIMARY_ADDR": "10.65.0.2",
-    "MASTER_ADDR": "10.65.0.2",
-    "PRIMARY_PORT": "29500",
-    "MASTER_PORT": "29500",
-    "NODE_ADDR": "10.65.0.2",
-    "NODE_RANK": "0",
-    "NUM_NODES": "2",
-    "NUM_TRAINERS": "8",
-    "WORLD_SIZE": "16",
-    "HOST_NODE_ADDR": "10.65.0.2:29500",
-}
+#: The Runpod variables of node 0 of 2 (test_config's RUNPOD).
+B0_ENV: dict[str, str] = dict(RUNPOD)
 
 _B0_ROUTES = (
     ("eth0", "0.0.0.0/0", "172.20.0.1"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 
-from clusterenv._facts import Facts
+from clusterenv._facts import ENVIRONMENT, Facts
 from clusterenv.findings import Finding
 
 __all__ = ["DEBUG_KNOBS", "DEPRECATED", "env_checks"]
@@ -35,6 +35,8 @@ DEBUG_KNOBS: dict[str, str] = {
     "NCCL_ALGO": "forces the collective algorithm",
     "NCCL_PROTO": "forces the protocol",
 }
+
+
 def _on(value: str) -> bool:
     """NCCL reads integer switches with ``strtoll``: anything but 0 (or empty) is on."""
     text = value.strip()
@@ -134,7 +136,7 @@ def _debug_knobs(facts: Facts) -> list[tuple[str, Finding]]:
             (f"{name}={value!r} (from {origin})",
              "NCCL's documentation: debug variables should not be used in production nor "
              "retained in scripts"),
-            f"unset {name}" + ("" if origin == "environment" else f" (remove it from {origin})"),
+            f"unset {name}" + ("" if origin == ENVIRONMENT else f" (remove it from {origin})"),
         )))
     net = facts.user_value("NCCL_NET")
     hca = facts.user_value("NCCL_IB_HCA")

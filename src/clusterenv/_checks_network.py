@@ -9,9 +9,8 @@ matched; elsewhere the same rules run on evidence alone.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import replace
 
-from clusterenv._facts import ENVIRONMENT, Facts, Proposal
+from clusterenv._facts import Facts, Proposal, with_origin
 from clusterenv.filters import (
     lint_exact_names,
     lint_filter,
@@ -54,14 +53,10 @@ def planned_socket_ifname(facts: Facts, name: str) -> str:
     return render_exact([name]) if needs_exact(name, facts.network.names) else name
 
 
-def _nccl_version_tuple(facts: Facts) -> tuple[int, ...] | None:
-    return facts.nccl_versions[0].version if facts.nccl_versions else None
-
-
-def _nccl_bootstrap_default(facts: Facts) -> str | None:
-    """The interface NCCL would bootstrap over with ``NCCL_SOCKET_IFNAME`` unset."""
-    chosen = nccl_default_interfaces(facts.kernel_order, nccl_version=_nccl_version_tuple(facts))
-    return chosen[0] if chosen else None
+def _nccl_default_choice(facts: Facts) -> tuple[str, ...]:
+    """The interfaces NCCL uses with ``NCCL_SOCKET_IFNAME`` unset; it bootstraps on the first."""
+    version = facts.nccl_versions[0].version if facts.nccl_versions else None
+    return nccl_default_interfaces(facts.kernel_order, nccl_version=version)
 
 
 def socket_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]:
@@ -90,7 +85,8 @@ def socket_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]
         )
         return [], [finding], [f"{unset} left unset: the cluster address is on {management}"]
     name = interface.name
-    default = _nccl_bootstrap_default(facts)
+    nccl_default = _nccl_default_choice(facts)
+    default = nccl_default[0] if nccl_default else None
     nccl_why = why
     if default is not None and default != name:
         risk = facts.avoid.get(default)
@@ -116,12 +112,6 @@ def socket_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]
                  lambda user: user == name),
     ]
     return proposals, [], []
-
-
-def _with_origin(findings: list[Finding], origin: str) -> list[Finding]:
-    if origin == ENVIRONMENT:
-        return findings
-    return [replace(f, evidence=(*f.evidence, f"set in {origin}")) for f in findings]
 
 
 def _not_cluster(facts: Facts, variable: str, value: str, used: str, cluster: str) -> Finding:
@@ -166,7 +156,7 @@ def socket_value_findings(facts: Facts) -> list[tuple[str, Finding]]:
             and selected[0] not in facts.avoid
         ):
             findings.append(_not_cluster(facts, variable, value, selected[0], cluster))
-        out.extend((variable, f) for f in _with_origin(findings, origin))
+        out.extend((variable, f) for f in with_origin(findings, origin))
     return out
 
 
@@ -177,7 +167,7 @@ def _socket_unset(facts: Facts) -> list[Finding]:
     """FM-01 / FM-15: NCCL_SOCKET_IFNAME unset, and NCCL's own choice is not the cluster NIC."""
     if facts.user_value("NCCL_SOCKET_IFNAME") is not None:
         return []
-    chosen = nccl_default_interfaces(facts.kernel_order, nccl_version=_nccl_version_tuple(facts))
+    chosen = _nccl_default_choice(facts)
     cluster = facts.cluster_interface
     cluster_name = cluster.name if cluster is not None else None
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from clusterenv._facts import Facts, Proposal
+from clusterenv._facts import Facts, Proposal, with_origin
 from clusterenv._nccl_version import known_before
 from clusterenv.filters import IB_HCA, lint_filter, parse_filter, render_exact
 from clusterenv.findings import Finding
-from clusterenv.network import route_interface
 from clusterenv.rdma import RdmaDevice, RdmaPort, port_transport
 from clusterenv.sources import runpod
 
@@ -72,12 +71,6 @@ def nccl_ports(facts: Facts) -> list[Pair]:
     ]
 
 
-def _default_route_interface(facts: Facts) -> str | None:
-    if not facts.root.exists("proc/net/route"):
-        return None
-    return route_interface("0.0.0.0", root=facts.root)  # noqa: S104  # the default route
-
-
 def management_netdev(facts: Facts, netdev: str | None) -> str | None:
     if netdev is None:
         return None
@@ -120,7 +113,7 @@ def select_hcas(facts: Facts) -> HcaSelection:
         reason = management_netdev(facts, port.netdev)
         if reason is not None:
             drop([(device, port)], reason)
-    front = _default_route_interface(facts)
+    front = facts.default_route
     cluster = facts.cluster_interface
     if front is not None and (cluster is None or front != cluster.name):
         on_front = [(d, p) for d, p in candidates if p.netdev == front]
@@ -253,12 +246,7 @@ def _hca_value(facts: Facts, value: str, origin: str) -> list[Finding]:
         ports=[(d.name, p.number) for d, p in nccl_ports(facts)], avoid=selection.avoid,
         suggest=suggest,
     )
-    if origin != "environment":
-        findings = [
-            Finding(f.code, f.severity, f.title, (*f.evidence, f"set in {origin}"), f.fix)
-            for f in findings
-        ]
-    return findings
+    return with_origin(findings, origin)
 
 
 def _gid_value(facts: Facts, value: str, origin: str) -> list[Finding]:
@@ -311,11 +299,12 @@ def _gid_value(facts: Facts, value: str, origin: str) -> list[Finding]:
 
 def _ib_disabled(facts: Facts, value: str, origin: str) -> list[Finding]:
     text = value.strip()
-    if not text or text == "0" or not nccl_ports(facts):
+    usable = nccl_ports(facts)
+    if not text or text == "0" or not usable:
         return []
     plugin = facts.user_value("NCCL_NET_PLUGIN")
     evidence = [f"NCCL_IB_DISABLE={value!r} (from {origin})",
-                "usable: " + ", ".join(port_label(d, p) for d, p in nccl_ports(facts))]
+                "usable: " + ", ".join(port_label(d, p) for d, p in usable)]
     if plugin is not None:
         evidence.append(f"NCCL_NET_PLUGIN={plugin[0]!r}: a net plugin may ignore "
                         "NCCL_IB_DISABLE; NCCL_NET=Socket forces sockets")

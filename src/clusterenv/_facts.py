@@ -14,28 +14,28 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from clusterenv._nccl_version import NcclVersion, detect_nccl_versions
 from clusterenv._root import Root
+from clusterenv._routes import route_interface
+from clusterenv.host import ENVIRONMENT
 from clusterenv.sources import runpod
 
 if TYPE_CHECKING:
     from clusterenv.config import ClusterConfig, ConfigCheck
+    from clusterenv.findings import Finding
     from clusterenv.host import HostFacts
     from clusterenv.network import Interface, NetworkInterfaces
     from clusterenv.rdma import RdmaInfo
 
-__all__ = ["Facts", "Proposal", "UserValue", "parse_hosts"]
+__all__ = ["ENVIRONMENT", "Facts", "Proposal", "UserValue", "parse_hosts", "with_origin"]
 
 #: Where a value the user set came from, e.g. ``("eth0", "environment")`` or
 #: ``("eth0", "/etc/nccl.conf")``.
 UserValue = tuple[str, str]
-
-#: The provenance of a value that came from the process environment.
-ENVIRONMENT = "environment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,14 @@ class Proposal:
     value: str
     reason: str
     same: Callable[[str], bool]
+
+
+def with_origin(findings: list[Finding], origin: str) -> list[Finding]:
+    """``findings`` about a user value, each noting ``set in FILE`` when the value came from an
+    NCCL config file rather than the environment."""
+    if origin == ENVIRONMENT:
+        return findings
+    return [replace(f, evidence=(*f.evidence, f"set in {origin}")) for f in findings]
 
 
 def parse_hosts(text: str) -> dict[str, list[str]]:
@@ -192,6 +200,14 @@ class Facts:
     def cluster_interface(self) -> Interface | None:
         """The cluster interface, or None."""
         return self.cluster_choice[0]
+
+    @cached_property
+    def default_route(self) -> str | None:
+        """The interface of the IPv4 default route, e.g. ``"eth0"``; None without a routing
+        table or a default route."""
+        if not self.root.exists("proc/net/route"):
+            return None
+        return route_interface("0.0.0.0", root=self.root)  # noqa: S104  # the default route
 
     def management_reason(self, interface: Interface) -> str | None:
         """Why ``interface`` is Runpod management (``eth0``, a 172.x address), else None."""

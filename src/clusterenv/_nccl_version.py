@@ -80,9 +80,7 @@ def _pip_versions() -> list[NcclVersion]:
     for name in _DISTRIBUTIONS:
         try:
             text = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-        except Exception:  # noqa: S112  # a broken dist-info must not break detection
+        except Exception:  # noqa: S112  # not installed, or a broken dist-info: no evidence
             continue
         parsed = parse_nccl_version(text)
         if parsed is not None:

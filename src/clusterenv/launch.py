@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from clusterenv._gpus import visible_gpu_count
+from clusterenv._facts import Facts
 from clusterenv._root import Root, as_root
 from clusterenv.config import ClusterConfig
 from clusterenv.errors import LaunchError
 from clusterenv.findings import Finding
-from clusterenv.nccl import NcclPlan, plan_nccl_env
+from clusterenv.nccl import NcclPlan, plan_from_facts
 
 __all__ = [
     "TORCHRUN_MODULE",
@@ -368,9 +368,9 @@ def plan_launch(
                 "launch-torchrun-missing", "error", str(e),
                 (f"PATH={env.get('PATH', '')}", f"python: {sys.executable}"), _INSTALL_TORCH,
             ))
-    findings += _process_count_findings(config, nproc, env, host_root)
-    nccl = plan_nccl_env(environ=env, root=host_root, config=config, override=override,
-                         debug=debug)
+    facts = Facts(environ=env, root=host_root, config=config)
+    nccl = plan_from_facts(facts, override=override, debug=debug)
+    findings += _process_count_findings(config, nproc, env, facts.host.gpus)
     findings += nccl.findings
     launch_env = {**env, **nccl.env}
     argv = (*torchrun, *torchrun_args(config, nproc_per_node=nproc), *command)
@@ -378,10 +378,9 @@ def plan_launch(
 
 
 def _process_count_findings(
-    config: ClusterConfig, nproc: int, environ: Mapping[str, str], root: Root
+    config: ClusterConfig, nproc: int, environ: Mapping[str, str], gpus: int
 ) -> list[Finding]:
     out: list[Finding] = []
-    gpus = visible_gpu_count(environ, root)
     if gpus and nproc > gpus:
         out.append(Finding(
             "launch-nproc-exceeds-gpus", "warning",

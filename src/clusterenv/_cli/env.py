@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_nccl_env(environ=environ, root=root, config=check.config, debug=args.debug,
                          override=args.override)
     exports = dict(plan.env)
-    if getattr(args, "torchrun", False):
+    if args.torchrun:
         from clusterenv.launch import torchrun_env
 
         exports.update(torchrun_env(check.config))

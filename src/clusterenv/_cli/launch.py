@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import warnings
 from typing import TYPE_CHECKING, TextIO
 
 from clusterenv._cli._common import (
@@ -102,13 +101,11 @@ def run(args: argparse.Namespace) -> int:
             "on this one"
         )
     environ, root = host_context(args)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # findings are printed below, once
-        plan = plan_launch(
-            command, environ=environ, root=root, nproc_per_node=args.nproc_per_node,
-            override=args.override, debug=args.debug,
-            torchrun=["torchrun"] if args.root is not None else None,
-        )
+    plan = plan_launch(
+        command, environ=environ, root=root, nproc_per_node=args.nproc_per_node,
+        override=args.override, debug=args.debug,
+        torchrun=["torchrun"] if args.root is not None else None,
+    )
     if not args.dry_run:
         if not args.quiet:
             print(f"clusterenv launch: {_summary(plan, sys.stderr)}\n", file=sys.stderr)
