@@ -18,6 +18,7 @@ from clusterenv._root import HOST_JSON, Root
 from clusterenv._scrub import Scrubber, cluster_environ, is_secret_name
 from clusterenv.capture import CaptureError, capture
 from clusterenv.cli import main
+from clusterenv.host import HostFacts
 from clusterenv.network import NetworkInterfaces, route_interface
 from clusterenv.testing import ARPHRD_INFINIBAND, HostBuilder, gid, port
 
@@ -261,7 +262,8 @@ def test_sysfs_net_layout(captured: tuple[Path, Path]) -> None:
     assert (net / "docker0/bridge").is_dir() and (net / "docker0/brif/veth1").is_dir()
     assert (net / "bond0/bonding/slaves").read_text() == "ens12f0np0 ens20f0np0\n"
     assert os.readlink(net / "ens12f0np0/master") == "../bond0"
-    assert not (net / "ens1/speed").exists() or (net / "ens1/speed").read_text() == "400000\n"
+    assert (net / "ens1/speed").read_text() == "400000\n"
+    assert not (net / "docker0/speed").exists()  # no speed in the source: none is made up
     assert (snapshot / "etc/hosts").read_text().endswith("10.65.0.2 node-0\n")
 
 
@@ -315,8 +317,13 @@ def test_live_capture_replays_live_detect(tmp_path: Path) -> None:
         assert route_interface(ip, root=snapshot) == route_interface(ip)
     data = host_json(snapshot)
     assert data["environ"] == {"NCCL_DEBUG": "INFO"}
-    assert isinstance(data["hostname"], str) and isinstance(data["memlock"], dict)
     assert (snapshot / "proc/net/route").is_file()
+    # The process facts replay as HostFacts reads them live: limits, capability, shm, name.
+    fields = ("memlock_known", "memlock_soft", "memlock_hard", "cap_ipc_lock", "shm_bytes",
+              "hostname")
+    live_facts, replayed = HostFacts.detect(environ={}), HostFacts.detect(environ={}, root=snapshot)
+    assert [getattr(replayed, f) for f in fields] == [getattr(live_facts, f) for f in fields]
+    assert replayed.memlock_known and isinstance(replayed.hostname, str)
 
 
 # -- destinations ----------------------------------------------------------------------------------

@@ -189,6 +189,12 @@ def test_generic_derives_nodes_from_world_size_and_gpus(tmp_path: Path) -> None:
     assert (cfg.num_trainers, cfg.num_nodes, cfg.primary_port) == (4, 2, 29500)
 
 
+def test_generic_reports_a_garbled_world_size_once(tmp_path: Path) -> None:
+    error = problems_of({"MASTER_ADDR": "10.1.0.1", "WORLD_SIZE": "abc"}, root=str(tmp_path))
+    assert [p.variables for p in error.problems] == [("WORLD_SIZE",)]
+    assert "WORLD_SIZE='abc'" in str(error)
+
+
 def test_generic_reads_torchrun_pet_variables() -> None:
     cfg = ClusterConfig.from_env(
         {"MASTER_ADDR": "svc", "PET_NNODES": "3", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "2"}
@@ -483,6 +489,8 @@ values = st.one_of(
 @given(st.dictionaries(st.one_of(st.sampled_from(NAMES), st.text(max_size=8)), values))
 def test_any_environment_gives_a_config_or_a_config_error(env: dict[str, str]) -> None:
     check = check_config(env)
+    reported = [(p.code, p.variables) for p in check.problems]
+    assert len(reported) == len(set(reported)), check.problems  # each problem once
     if check.config is None:
         assert check.problems
         with pytest.raises(ConfigError):

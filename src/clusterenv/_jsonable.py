@@ -20,18 +20,15 @@ def to_jsonable(value: Any) -> Any:
     """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    fields: dict[str, Any] | None = None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        for name in getattr(type(value), "__json_extra__", ()):
-            out[name] = to_jsonable(getattr(value, name))
-        return out
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):  # a pydantic model; imported lazily by whoever made it
-        data = dump()
-        out = {k: to_jsonable(v) for k, v in data.items()}
-        for name in getattr(type(value), "__json_extra__", ()):
-            out[name] = to_jsonable(getattr(value, name))
-        return out
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    elif callable(getattr(value, "model_dump", None)):  # a pydantic model, imported lazily
+        fields = value.model_dump()
+    if fields is not None:
+        extra = getattr(type(value), "__json_extra__", ())
+        fields.update((name, getattr(value, name)) for name in extra)
+        return {name: to_jsonable(item) for name, item in fields.items()}
     if isinstance(value, Enum):
         return to_jsonable(value.value)
     if isinstance(

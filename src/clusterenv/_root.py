@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from clusterenv.errors import DiscoveryError
 
-__all__ = ["HOST_JSON", "SNAPSHOT_FORMAT", "Root", "as_root"]
+__all__ = ["HOST_JSON", "SNAPSHOT_FORMAT", "Root", "as_root", "natural_key"]
 
 #: Where a snapshot keeps what is not a file (addresses, limits, environment), relative to its root.
 HOST_JSON = ".clusterenv/host.json"
@@ -26,6 +27,13 @@ SNAPSHOT_FORMAT = 1
 
 # A sysfs attribute is one short line; anything bigger is garbage we refuse to hold in memory.
 _MAX_ATTRIBUTE_BYTES = 64 * 1024
+_DIGIT_RUNS = re.compile(r"\d+|\D+")
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders entry names as people read them: ``ens2`` before ``ens10``,
+    ``mlx5_2`` before ``mlx5_10``."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _DIGIT_RUNS.findall(name))
 
 
 class Root:
@@ -74,14 +82,20 @@ class Root:
         Reading never raises: sysfs answers ``EINVAL`` for empty GID slots and ``speed`` of a
         link that is down, and a snapshot may hold a directory where a file is expected.
         """
+        text = self.read_raw(relative)
+        return None if text is None else text.strip()
+
+    def read_raw(self, relative: str, *, max_bytes: int = _MAX_ATTRIBUTE_BYTES) -> str | None:
+        """The whole text of a file, unstripped, or None when it is missing, unreadable or
+        larger than ``max_bytes`` (a config file keeps its trailing blanks)."""
         try:
             with open(self.join(relative), "rb") as handle:
-                data = handle.read(_MAX_ATTRIBUTE_BYTES + 1)
+                data = handle.read(max_bytes + 1)
         except (OSError, ValueError):
             return None
-        if len(data) > _MAX_ATTRIBUTE_BYTES:
+        if len(data) > max_bytes:
             return None
-        return data.decode("utf-8", errors="replace").strip()
+        return data.decode("utf-8", errors="replace")
 
     def read_lines(self, relative: str) -> list[str]:
         """The lines of a text file (for ``/proc`` files and configs), or ``[]`` when unreadable."""
@@ -103,6 +117,32 @@ class Root:
     def is_dir(self, relative: str) -> bool:
         """Whether ``relative`` is a directory (or a link to one) under the root."""
         return self.join(relative).is_dir()
+
+    def link_name(self, relative: str) -> str | None:
+        """The last component of a symbolic link's target, e.g. ``bond0`` for a ``master``
+        link to ``../bond0``; None when ``relative`` is no link or names no entry."""
+        try:
+            target = os.readlink(self.join(relative))
+        except (OSError, ValueError):
+            return None
+        name = os.path.basename(target.rstrip("/"))
+        return name if name not in ("", ".", "..") else None
+
+    def device_opens(self, relative: str) -> bool:
+        """Whether a device node opens read-write, as libibverbs opens ``/dev/infiniband``'s.
+
+        On the live host the node is opened (a device cgroup that hides it refuses it here);
+        a snapshot records device nodes as empty files, so there any non-directory counts.
+        """
+        path = self.join(relative)
+        if not self.is_live:
+            return os.path.lexists(path) and not os.path.isdir(path)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
+        except (OSError, ValueError):
+            return False
+        os.close(fd)
+        return True
 
     @property
     def host(self) -> Mapping[str, Any]:

@@ -21,9 +21,7 @@ import ipaddress
 import json
 import os
 import pwd
-import resource
 import shutil
-import socket
 import tempfile
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
@@ -37,6 +35,7 @@ from clusterenv._root import HOST_JSON, SNAPSHOT_FORMAT, Root, as_root
 from clusterenv._routes import read_table
 from clusterenv._scrub import Scrubber, cluster_environ, is_secret_name
 from clusterenv.errors import ClusterEnvError
+from clusterenv.host import live_process_facts
 
 __all__ = ["CaptureError", "capture"]
 
@@ -66,8 +65,6 @@ _NET_FILES = (
 _IB_DEVICE_FILES = ("node_type", "hca_type", "hw_rev", "fw_ver", "board_id")
 _IB_GUID_FILES = ("node_guid", "sys_image_guid")
 _IB_PORT_FILES = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid", "cap_mask")
-# CAP_IPC_LOCK is capability number 14 (linux/capability.h).
-_CAP_IPC_LOCK_BIT = 1 << 14
 
 
 class CaptureError(ClusterEnvError, OSError):
@@ -76,16 +73,6 @@ class CaptureError(ClusterEnvError, OSError):
     def __init__(self, message: str, *, path: str | None = None):
         super().__init__(message)
         self.path = path
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_capture_error, (str(self), self.path))
-
-
-def _rebuild_capture_error(message: str, path: str | None) -> CaptureError:
-    return CaptureError(message, path=path)
 
 
 def capture(
@@ -249,7 +236,7 @@ class _Writer:
                 self.copy(f"{base}/bonding/mode")
             for member in self.host.listdir(f"{base}/brif"):
                 self.mark(f"{base}/brif/{member}")
-            master = _link_target(self.host.join(f"{base}/master"))
+            master = self.host.link_name(f"{base}/master")
             if master:
                 os.symlink(f"../{master}", self.inside(f"{base}/master"))
 
@@ -289,7 +276,7 @@ class _Writer:
             else:
                 self.copy(relative)
         for node in self.host.listdir("dev/infiniband"):
-            if node.startswith("uverbs") and not _opens(self.host, f"dev/infiniband/{node}"):
+            if node.startswith("uverbs") and not self.host.device_opens(f"dev/infiniband/{node}"):
                 continue  # present but refused (device cgroup): a snapshot shows it absent
             self.put_empty(f"dev/infiniband/{node}")
 
@@ -367,7 +354,7 @@ class _Writer:
         if nccl:
             data["nccl_versions"] = nccl
         if self.host.is_live:
-            data.update(_live_host_facts(self.host))
+            data.update(live_process_facts(self.host))
         else:
             for key in ("memlock", "cap_ipc_lock", "shm_bytes", "hostname", "nccl_versions"):
                 if key in self.host.host:
@@ -385,28 +372,6 @@ class _Writer:
         return self.scrub.ipv6_interface(address).with_prefixlen
 
 
-def _opens(host: Root, relative: str) -> bool:
-    """Whether a device node opens read-write, as libibverbs opens it; always on a snapshot."""
-    if not host.is_live:
-        return True
-    try:
-        fd = os.open(host.join(relative), os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return False
-    os.close(fd)
-    return True
-
-
-def _link_target(path: Path) -> str | None:
-    """The interface a ``master`` link names (``../../bond0`` -> ``bond0``), or None."""
-    try:
-        target = os.readlink(path)
-    except (OSError, ValueError):
-        return None
-    name = os.path.basename(target.rstrip("/"))
-    return name if name and name not in (".", "..") else None
-
-
 def _without_secret_lines(text: str) -> str:
     """An NCCL config with any ``NAME=value`` line whose name looks secret left out."""
     kept = [
@@ -422,34 +387,3 @@ def _user_home() -> str | None:
         return pwd.getpwuid(os.getuid()).pw_dir
     except KeyError:
         return None
-
-
-def _parse_cap_ipc_lock(status: str) -> bool | None:
-    """Whether ``CapEff`` in ``/proc/self/status`` holds CAP_IPC_LOCK; None if absent."""
-    for line in status.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() == "CapEff":
-            try:
-                return bool(int(value.strip(), 16) & _CAP_IPC_LOCK_BIT)
-            except ValueError:
-                return None
-    return None
-
-
-def _live_host_facts(host: Root) -> dict[str, Any]:
-    facts: dict[str, Any] = {}
-    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    facts["memlock"] = {
-        "soft": None if soft == resource.RLIM_INFINITY else soft,
-        "hard": None if hard == resource.RLIM_INFINITY else hard,
-    }
-    capability = _parse_cap_ipc_lock(host.read("proc/self/status") or "")
-    if capability is not None:
-        facts["cap_ipc_lock"] = capability
-    try:
-        stat = os.statvfs(host.join("dev/shm"))
-        facts["shm_bytes"] = stat.f_blocks * stat.f_frsize
-    except OSError:
-        pass
-    facts["hostname"] = socket.gethostname()
-    return facts

@@ -92,18 +92,9 @@ class DiscoveryError(ClusterEnvError, OSError):
     """
 
     def __init__(self, message: str, *, path: str | None = None):
+        # One argument: str() is the message as is, and pickling keeps ``path`` (the __dict__).
         super().__init__(message)
         self.path = path
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_discovery_error, (str(self), self.path))
-
-
-def _rebuild_discovery_error(message: str, path: str | None) -> DiscoveryError:
-    return DiscoveryError(message, path=path)
 
 
 class LaunchError(ClusterEnvError, RuntimeError):

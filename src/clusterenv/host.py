@@ -20,7 +20,14 @@ from typing import Any
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root, as_root
 
-__all__ = ["ENVIRONMENT", "HostFacts", "NcclConfFile", "nccl_conf_files", "nccl_conf_values"]
+__all__ = [
+    "ENVIRONMENT",
+    "HostFacts",
+    "NcclConfFile",
+    "live_process_facts",
+    "nccl_conf_files",
+    "nccl_conf_values",
+]
 
 #: The provenance :func:`nccl_conf_values` gives a value that came from the process environment.
 ENVIRONMENT = "environment"
@@ -125,36 +132,55 @@ class HostFacts:
         installed = len(host.listdir("proc/driver/nvidia/gpus"))
         version, open_module = _parse_nvidia_version(host.read("proc/driver/nvidia/version"))
         gpudirect_path = next((p for p in _GPUDIRECT_PATHS if _is_file(host, p)), None)
-        if host.is_live:
-            shm: int | None = _live_shm_bytes(host)
-            soft, hard = _live_memlock()
-            memlock_known = True
-            cap: bool | None = _parse_cap_ipc_lock(host.read("proc/self/status"))
-            hostname: str | None = socket.gethostname()
-        else:
-            recorded = host.host
-            shm = _non_negative_int(recorded.get("shm_bytes"))
-            memlock_known, soft, hard = _recorded_memlock(recorded.get("memlock"))
-            cap_value = recorded.get("cap_ipc_lock")
-            cap = cap_value if isinstance(cap_value, bool) else None
-            name = recorded.get("hostname")
-            hostname = name if isinstance(name, str) and name else None
+        # The live process's facts take the shape a snapshot records them in, and are read alike.
+        recorded = live_process_facts(host) if host.is_live else host.host
+        memlock_known, soft, hard = _recorded_memlock(recorded.get("memlock"))
+        cap = recorded.get("cap_ipc_lock")
+        name = recorded.get("hostname")
         return cls(
             gpus=visible_gpu_count(env, host),
             gpus_installed=installed,
             gpu_models=_gpu_models(host),
             driver_version=version,
             open_kernel_module=open_module,
-            shm_bytes=shm,
+            shm_bytes=_non_negative_int(recorded.get("shm_bytes")),
             memlock_soft=soft,
             memlock_hard=hard,
             memlock_known=memlock_known,
-            cap_ipc_lock=cap,
+            cap_ipc_lock=cap if isinstance(cap, bool) else None,
             gpudirect=gpudirect_path is not None,
             gpudirect_path=gpudirect_path,
             nccl_conf_files=nccl_conf_files(environ=env, root=host),
-            hostname=hostname,
+            hostname=name if isinstance(name, str) and name else None,
         )
+
+
+def live_process_facts(host: Root) -> dict[str, Any]:
+    """What belongs to the running process rather than to a file, in ``host.json``'s shape.
+
+    ``memlock`` (``{"soft": None, "hard": 65536}``, None = unlimited), ``cap_ipc_lock``,
+    ``shm_bytes`` (the size of ``/dev/shm``) and ``hostname``; a fact that cannot be read is
+    left out. A snapshot records exactly this (``clusterenv capture``), and
+    :meth:`HostFacts.detect` reads the live host through it.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    facts: dict[str, Any] = {
+        "memlock": {
+            "soft": None if soft == resource.RLIM_INFINITY else soft,
+            "hard": None if hard == resource.RLIM_INFINITY else hard,
+        },
+        "hostname": socket.gethostname(),
+    }
+    capability = _parse_cap_ipc_lock(host.read("proc/self/status"))
+    if capability is not None:
+        facts["cap_ipc_lock"] = capability
+    try:
+        stat = os.statvfs(host.join("dev/shm"))
+    except (OSError, ValueError):
+        pass
+    else:
+        facts["shm_bytes"] = stat.f_blocks * stat.f_frsize
+    return facts
 
 
 def nccl_conf_files(
@@ -186,7 +212,7 @@ def nccl_conf_files(
     candidates.append(("/etc/nccl.conf", "system"))
     files = []
     for path, origin in candidates:
-        text = _read_raw(host, path)
+        text = host.read_raw(path, max_bytes=_MAX_CONF_BYTES)  # NCCL keeps trailing blanks
         if text is not None:
             files.append(NcclConfFile(path=path, origin=origin, values=_parse_nccl_conf(text)))
     return tuple(files)
@@ -294,37 +320,9 @@ def _gpu_models(host: Root) -> tuple[str, ...]:
     return tuple(models)
 
 
-def _read_raw(host: Root, path: str) -> str | None:
-    """A whole text file, unstripped (NCCL keeps trailing blanks in values), or None."""
-    try:
-        with open(host.join(path), "rb") as handle:
-            data = handle.read(_MAX_CONF_BYTES + 1)
-    except (OSError, ValueError):
-        return None
-    if len(data) > _MAX_CONF_BYTES:
-        return None
-    return data.decode("utf-8", errors="replace")
-
-
 def _is_file(host: Root, path: str) -> bool:
     """Whether ``path`` is a file under the root, as NCCL's ``access(F_OK)`` would find it."""
     return os.path.isfile(host.join(path))
-
-
-def _live_shm_bytes(host: Root) -> int | None:
-    try:
-        stat = os.statvfs(host.join("dev/shm"))
-    except (OSError, ValueError):
-        return None
-    return stat.f_blocks * stat.f_frsize
-
-
-def _live_memlock() -> tuple[int | None, int | None]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    return (
-        None if soft == resource.RLIM_INFINITY else soft,
-        None if hard == resource.RLIM_INFINITY else hard,
-    )
 
 
 def _recorded_memlock(value: Any) -> tuple[bool, int | None, int | None]:

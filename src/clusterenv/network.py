@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from clusterenv._addresses import IPAddress, IPInterface, address_map, parse_address, parse_ip
-from clusterenv._root import Root, as_root
+from clusterenv._root import Root, as_root, natural_key
 from clusterenv._routes import route_interface
 
 __all__ = [
@@ -144,11 +144,6 @@ class Interface:
         """This interface's address whose network contains ``ip`` (longest prefix), or None."""
         matches = [a for a in self.addresses if a.version == ip.version and ip in a.network]
         return max(matches, key=lambda a: a.network.prefixlen, default=None)
-
-
-def _natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """``ens2`` before ``ens10``."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|\D+", name))
 
 
 def _primary_variable(source: str) -> str:
@@ -351,17 +346,6 @@ def _parse_names(text: str | None) -> tuple[str, ...]:
     return tuple(n for n in (text or "").split() if "/" not in n and len(n) <= 64)
 
 
-def _link_name(host: Root, relative: str) -> str | None:
-    """The interface a sysfs link such as ``master`` points at (``../bond0`` -> ``bond0``)."""
-    path = host.join(relative)
-    try:
-        target = os.readlink(path)
-    except (OSError, ValueError):
-        return None
-    name = os.path.basename(target.rstrip("/"))
-    return name or None
-
-
 def _read_interface(host: Root, name: str, addresses: Iterable[str]) -> Interface:
     base = f"sys/class/net/{name}"
     in_sysfs = host.is_dir(base)
@@ -386,7 +370,7 @@ def _read_interface(host: Root, name: str, addresses: Iterable[str]) -> Interfac
         is_bond=host.is_dir(f"{base}/bonding"),
         bond_slaves=_parse_names(host.read(f"{base}/bonding/slaves")),
         bridge_ports=tuple(host.listdir(f"{base}/brif")),
-        master=_link_name(host, f"{base}/master"),
+        master=host.link_name(f"{base}/master"),
         flags=_parse_hex(host.read(f"{base}/flags")),
         ipv4=ipv4,
         ipv6=ipv6,
@@ -403,4 +387,4 @@ def _link_masters(found: list[Interface]) -> tuple[Interface, ...]:
         replace(i, master=masters[i.name]) if i.master is None and i.name in masters else i
         for i in found
     ]
-    return tuple(sorted(linked, key=lambda i: _natural_key(i.name)))
+    return tuple(sorted(linked, key=lambda i: natural_key(i.name)))

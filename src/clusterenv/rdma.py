@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from clusterenv._root import Root, as_root
+from clusterenv._root import Root, as_root, natural_key
 
 __all__ = ["Gid", "RdmaDevice", "RdmaInfo", "RdmaPort", "Transport", "port_transport"]
 
@@ -61,7 +61,6 @@ _UVERBS = re.compile(r"uverbs[0-9]+")
 _NETDEV = re.compile(r"[^/:\s]{1,15}")
 # RDMA device names may be longer (IB_DEVICE_NAME_MAX is 64, e.g. rocex525400c0fe123455).
 _DEVICE_NAME = re.compile(r"[^/\s]{1,63}")
-_DIGITS = re.compile(r"([0-9]+)")
 _SYSFS_GID = re.compile(r"[0-9a-fA-F]{4}(?::[0-9a-fA-F]{4}){7}")
 
 # The two GID spellings that mean "empty slot": all zero (unused) and the bare link-local prefix.
@@ -74,11 +73,6 @@ _LINK_LOCAL = ipaddress.IPv6Network("fe80::/64")
 
 _MAX_TEXT = 64  # longest identity string (fw_ver, board_id, GID type) we keep
 _MAX_ATTRIBUTE = 4096  # the kernel formats a sysfs attribute into one page
-
-
-def _natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort ``mlx5_2`` before ``mlx5_10`` (ibstat sorts as text; people read numbers)."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(name))
 
 
 def _parse_numbered(text: str | None, names: dict[int, str]) -> str | None:
@@ -417,12 +411,12 @@ class RdmaInfo:
         nodes = tuple(
             sorted(
                 (n for n in host.listdir("dev/infiniband") if _UVERBS.fullmatch(n)),
-                key=_natural_key,
+                key=natural_key,
             )
         )
         verbs = _verbs_by_device(host)
         devices = []
-        for name in sorted(host.listdir("sys/class/infiniband"), key=_natural_key):
+        for name in sorted(host.listdir("sys/class/infiniband"), key=natural_key):
             # os.path.isdir, unlike Path.is_dir, never raises (EACCES in a snapshot): it skips
             # dangling links and stray files alike.
             if os.path.isdir(host.join(f"sys/class/infiniband/{name}")):
@@ -433,28 +427,12 @@ class RdmaInfo:
 def _verbs_by_device(host: Root) -> dict[str, str]:
     """Device name -> ``uverbsN``, from ``/sys/class/infiniband_verbs/uverbsN/ibdev``."""
     found: dict[str, str] = {}
-    for entry in sorted(host.listdir("sys/class/infiniband_verbs"), key=_natural_key):
+    for entry in sorted(host.listdir("sys/class/infiniband_verbs"), key=natural_key):
         if _UVERBS.fullmatch(entry):
             device = host.read(f"sys/class/infiniband_verbs/{entry}/ibdev")
             if device and _DEVICE_NAME.fullmatch(device) and device not in (".", ".."):
                 found.setdefault(device, entry)
     return found
-
-
-def _dev_node_usable(host: Root, uverbs: str | None) -> bool:
-    """Whether ``/dev/infiniband/<uverbs>`` opens read-write (live) or exists (snapshot)."""
-    if uverbs is None:
-        return False
-    path = host.join(f"dev/infiniband/{uverbs}")
-    if not host.is_live:
-        return os.path.lexists(path) and not os.path.isdir(path)
-    try:
-        # What libibverbs does first; a device cgroup that hides the node refuses it here.
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return False
-    os.close(fd)
-    return True
 
 
 def _read_attribute(path: str) -> str | None:
@@ -487,7 +465,7 @@ def _read_device(host: Root, name: str, uverbs: str | None) -> RdmaDevice:
         uverbs = next(
             (
                 e
-                for e in sorted(host.listdir(f"{base}/device/infiniband_verbs"), key=_natural_key)
+                for e in sorted(host.listdir(f"{base}/device/infiniband_verbs"), key=natural_key)
                 if _UVERBS.fullmatch(e)
             ),
             None,
@@ -507,7 +485,7 @@ def _read_device(host: Root, name: str, uverbs: str | None) -> RdmaDevice:
         name=name,
         ports=ports,
         uverbs=uverbs,
-        dev_node=_dev_node_usable(host, uverbs),
+        dev_node=uverbs is not None and host.device_opens(f"dev/infiniband/{uverbs}"),
         node_type=_parse_node_type(_read_attribute(f"{path}/node_type")),
         hca_type=_clean(_read_attribute(f"{path}/hca_type")),
         fw_ver=_clean(_read_attribute(f"{path}/fw_ver")),

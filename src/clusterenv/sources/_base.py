@@ -177,7 +177,7 @@ class EnvReader:
             minimum=1,
             maximum=65535,
         )
-        return default if found is None and not self._any_set(names) else found
+        return default if found is None and not self.any_set(*names) else found
 
     def host(self, *names: str, required: bool, what: str, example: str) -> str | None:
         """Read a host: an IP address (IPv6 with or without brackets) or a DNS name."""
@@ -197,16 +197,10 @@ class EnvReader:
 
     def ip(self, name: str, *, required: bool, what: str, example: str) -> str | None:
         """Read a variable that must be an IP address (``NODE_ADDR``)."""
-        value = self.get(name)
-        if value is None:
-            if required:
-                self.problem(
-                    (name,),
-                    f"{name} is not set ({what}); this source requires it",
-                    f"export {name}={example}",
-                    "config-missing",
-                )
+        found = self.aliased(name, required=required, what=what, example=example)
+        if found is None:
             return None
+        value = found[1]
         text = value.strip()
         if text.startswith("[") and text.endswith("]"):
             text = text[1:-1]
@@ -221,7 +215,8 @@ class EnvReader:
             )
             return None
 
-    def _any_set(self, names: tuple[str, ...]) -> bool:
+    def any_set(self, *names: str) -> bool:
+        """Whether any of ``names`` is set (non-empty), valid or not."""
         return any(self.get(n) is not None for n in names)
 
 

@@ -59,12 +59,13 @@ class GenericSource(Source):
             minimum=1,
         )
         world_text = env.get("WORLD_SIZE")
-        if world_text is not None:
-            reading.raw["WORLD_SIZE"] = world_text
         trainers_name, _ = env.first("NUM_TRAINERS", "PET_NPROC_PER_NODE")
         if trainers is None and trainers_name is None:
             trainers = visible_gpu_count(environ, root) or 1
-        if num_nodes is None and not _set(env, "NUM_NODES", "PET_NNODES"):
+        if num_nodes is not None or env.any_set("NUM_NODES", "PET_NNODES"):
+            if world_text is not None:  # checked against NUM_NODES * NUM_TRAINERS by config
+                reading.raw["WORLD_SIZE"] = world_text
+        else:  # the node count comes from WORLD_SIZE, which is parsed and checked here
             num_nodes = 1
             world = (
                 env.parse_int(
@@ -96,15 +97,11 @@ class GenericSource(Source):
                 else:
                     num_nodes = world // trainers
         fields["node_rank"] = (
-            0 if node_rank is None and not _set(env, "NODE_RANK", "PET_NODE_RANK") else node_rank
+            0 if node_rank is None and not env.any_set("NODE_RANK", "PET_NODE_RANK") else node_rank
         )
         fields["num_nodes"] = num_nodes
         fields["num_trainers"] = trainers
         return reading
-
-
-def _set(env: EnvReader, *names: str) -> bool:
-    return any(env.get(n) is not None for n in names)
 
 
 def _count(env: EnvReader, *names: str, what: str, example: str, minimum: int) -> int | None:
