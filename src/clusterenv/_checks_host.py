@@ -10,6 +10,7 @@ import socket
 
 from clusterenv._facts import Facts
 from clusterenv.findings import Finding
+from clusterenv.host import format_bytes
 
 __all__ = ["SHM_MINIMUM", "host_checks", "port_in_use"]
 
@@ -17,13 +18,6 @@ __all__ = ["SHM_MINIMUM", "host_checks", "port_in_use"]
 #: local processes talk (Docker's default is 64 MiB; Runpod asks for 8 GB or more).
 SHM_MINIMUM = 1 << 30
 _SHM = "/dev/shm"  # noqa: S108  # named in messages, never written
-
-
-def _size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.3g} {unit}"
-    return f"{n} bytes"
 
 
 def _gpus(facts: Facts) -> list[Finding]:
@@ -74,7 +68,7 @@ def _shm(facts: Facts) -> list[Finding]:
         return []
     return [Finding(
         "shm-too-small", "error",
-        f"{_SHM} is {_size(size)}; NCCL needs more with {config.num_trainers} local "
+        f"{_SHM} is {format_bytes(size)}; NCCL needs more with {config.num_trainers} local "
         "processes: 'posix_fallocate failed: No space left on device'",
         (f"{_SHM}: {size} bytes", f"processes per node: {config.num_trainers}"),
         "give the container a bigger /dev/shm: docker run --shm-size=16g (Runpod recommends "

@@ -24,6 +24,7 @@ __all__ = [
     "ENVIRONMENT",
     "HostFacts",
     "NcclConfFile",
+    "format_bytes",
     "live_process_facts",
     "nccl_conf_files",
     "nccl_conf_values",
@@ -337,3 +338,11 @@ def _recorded_memlock(value: Any) -> tuple[bool, int | None, int | None]:
 
 def _non_negative_int(value: Any) -> int | None:
     return value if type(value) is int and value >= 0 else None
+
+
+def format_bytes(n: int) -> str:
+    """A size for people, in binary units: ``format_bytes(64 << 20)`` is ``"64 MiB"``."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"

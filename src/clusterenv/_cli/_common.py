@@ -15,6 +15,7 @@ from clusterenv.findings import Finding, sort_findings
 
 __all__ = [
     "add_json",
+    "add_plan_options",
     "add_root",
     "emit_json",
     "host_context",
@@ -38,6 +39,18 @@ def add_root(parser: argparse.ArgumentParser) -> None:
 def add_json(parser: argparse.ArgumentParser) -> None:
     """``--json``: one JSON object on stdout, nothing else."""
     parser.add_argument("--json", action="store_true", help="print one JSON object, nothing else")
+
+
+def add_plan_options(parser: argparse.ArgumentParser) -> None:
+    """``--override`` and ``--debug``, as ``apply_nccl_defaults`` takes them."""
+    parser.add_argument(
+        "--override", action="store_true",
+        help="replace NCCL/Gloo values you set that differ from the evidenced ones",
+    )
+    parser.add_argument(
+        "--debug", action="store_true",
+        help="also set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET when unset",
+    )
 
 
 def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:

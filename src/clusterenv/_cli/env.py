@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from clusterenv._cli._common import add_root, host_context
+from clusterenv._cli._common import add_plan_options, add_root, host_context
 from clusterenv._jsonable import to_jsonable
 
 if TYPE_CHECKING:
@@ -35,14 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "json: one object",
     )
     parser.add_argument("--json", action="store_true", help="same as --format json")
-    parser.add_argument(
-        "--debug", action="store_true",
-        help="also set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET when unset",
-    )
-    parser.add_argument(
-        "--override", action="store_true",
-        help="replace values you set that differ from the evidenced ones",
-    )
+    add_plan_options(parser)
     parser.add_argument(
         "--torchrun", action="store_true",
         help="also export torchrun's PET_* options, so a bare `torchrun train.py` launches this "

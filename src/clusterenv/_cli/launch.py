@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from clusterenv._cli._common import (
     add_json,
+    add_plan_options,
     add_root,
     emit_json,
     host_context,
@@ -51,14 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--nproc-per-node", type=_positive, metavar="N", default=None,
         help="processes on this node (default: NUM_TRAINERS, else the visible GPUs, else 1)",
     )
-    parser.add_argument(
-        "--override", action="store_true",
-        help="replace NCCL/Gloo values you set that differ from the evidenced ones",
-    )
-    parser.add_argument(
-        "--debug", action="store_true",
-        help="also set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET when unset",
-    )
+    add_plan_options(parser)
     parser.add_argument(
         "-q", "--quiet", action="store_true",
         help="do not print the command and the changes before starting it",

@@ -33,12 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "unlimited"
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.3g} {unit}"
-    return f"{n} B"
+    from clusterenv.host import format_bytes
+
+    return "unlimited" if n is None else format_bytes(n)
 
 
 def _pairs(rows: list[tuple[str, object]]) -> str:
