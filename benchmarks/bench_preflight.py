@@ -25,7 +25,8 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
-from clusterenv._preflight_wire import (
+from clusterenv.preflight import Fingerprint, RdmaSummary, Verdict, serve_primary
+from clusterenv.preflight.wire import (
     DEFAULT_LIMITS,
     FrameReader,
     Kind,
@@ -34,7 +35,6 @@ from clusterenv._preflight_wire import (
     encode_json,
     new_nonce,
 )
-from clusterenv.preflight import Fingerprint, RdmaSummary, Verdict, serve_primary
 
 SIZES = (8, 32, 128, 512)
 

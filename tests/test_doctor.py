@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterenv import Finding, doctor, nccl_log, plan_nccl_env
-from clusterenv._checks_rdma_access import _has_libibverbs
 from clusterenv._facts import Facts
 from clusterenv._root import Root
 from clusterenv.diagnosis import CHECK_CODES
+from clusterenv.diagnosis.rdma import _has_libibverbs
 from clusterenv.filters import ALL_CODES
 from clusterenv.findings import has_errors
 from clusterenv.testing import HostBuilder, gid, port

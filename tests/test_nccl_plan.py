@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from clusterenv import ClusterEnvWarning, EnvChange, NcclPlan, apply_nccl_defaults, plan_nccl_env
 from clusterenv._jsonable import to_jsonable
-from clusterenv._nccl_version import detect_nccl_versions, known_before, parse_nccl_version
 from clusterenv._root import Root
 from clusterenv.nccl import PLANNED_VARIABLES
+from clusterenv.nccl.version import detect_nccl_versions, known_before, parse_nccl_version
 from clusterenv.testing import HostBuilder, port
 from tests.nccl_hosts import B0_ENV, b0, roce_gids, roce_node
 

@@ -23,21 +23,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterenv._preflight_compare import ranks_text
-from clusterenv._preflight_fingerprint import compared_environment, is_secret_name
-from clusterenv._preflight_wire import (
-    HEADER,
-    MAC_BYTES,
-    MAGIC,
-    FrameReader,
-    Kind,
-    WireError,
-    decode_object,
-    encode_frame,
-    encode_json,
-    new_nonce,
-    verify_mac,
-)
 from clusterenv.cli import main
 from clusterenv.findings import Finding
 from clusterenv.preflight import (
@@ -56,6 +41,21 @@ from clusterenv.preflight import (
     default_port,
     preflight,
     run_node,
+)
+from clusterenv.preflight.compare import ranks_text
+from clusterenv.preflight.fingerprint import compared_environment, is_secret_name
+from clusterenv.preflight.wire import (
+    HEADER,
+    MAC_BYTES,
+    MAGIC,
+    FrameReader,
+    Kind,
+    WireError,
+    decode_object,
+    encode_frame,
+    encode_json,
+    new_nonce,
+    verify_mac,
 )
 from clusterenv.testing import HostBuilder
 

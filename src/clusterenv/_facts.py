@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from clusterenv._nccl_version import NcclVersion, detect_nccl_versions
 from clusterenv._root import Root
 from clusterenv._routes import route_interface
 from clusterenv.host import ENVIRONMENT
+from clusterenv.nccl.version import NcclVersion, detect_nccl_versions
 from clusterenv.sources import runpod
 
 if TYPE_CHECKING:

@@ -30,12 +30,12 @@ from typing import Any
 
 from clusterenv import __version__
 from clusterenv._addresses import address_map, parse_address
-from clusterenv._nccl_version import detect_nccl_versions
 from clusterenv._root import HOST_JSON, SNAPSHOT_FORMAT, Root, as_root
 from clusterenv._routes import read_table
 from clusterenv._scrub import Scrubber, cluster_environ, is_secret_name
 from clusterenv.errors import ClusterEnvError
 from clusterenv.host import live_process_facts
+from clusterenv.nccl.version import detect_nccl_versions
 
 __all__ = ["CaptureError", "capture"]
 

@@ -38,7 +38,7 @@ from clusterenv._root import Root, as_root
 from clusterenv.config import ClusterConfig
 from clusterenv.errors import LaunchError
 from clusterenv.findings import Finding
-from clusterenv.nccl import NcclPlan, plan_from_facts
+from clusterenv.nccl.plan import NcclPlan, plan_from_facts
 
 __all__ = [
     "TORCHRUN_MODULE",

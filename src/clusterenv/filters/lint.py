@@ -11,7 +11,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
-from clusterenv._filter_language import (
+from clusterenv.filters.language import (
     IB_HCA,
     MAX_TOKENS,
     SOCKET_IFNAME,

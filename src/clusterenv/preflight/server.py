@@ -1,6 +1,6 @@
 """The primary's side of preflight: collect fingerprints, compare, answer every node.
 
-Phases, all in one thread on one :class:`~clusterenv._preflight_loop.ConnectionLoop`:
+Phases, all in one thread on one :class:`~clusterenv.preflight.loop.ConnectionLoop`:
 
 1. *collect*: greet each connection with ``HELLO`` (a fresh nonce, whether a token is required,
    the seconds left), read one fingerprint per connection, until every rank
@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from clusterenv._preflight_compare import compare
-from clusterenv._preflight_fingerprint import Fingerprint
-from clusterenv._preflight_loop import Conn, ConnectionLoop, host_of
-from clusterenv._preflight_ring import PROBE_TIMEOUT_S, probe
-from clusterenv._preflight_verdict import TABLE_LIMIT, NodeRef, NodeSummary, RingHop, Verdict
-from clusterenv._preflight_wire import (
+from clusterenv.preflight.compare import compare
+from clusterenv.preflight.fingerprint import Fingerprint
+from clusterenv.preflight.loop import Conn, ConnectionLoop, host_of
+from clusterenv.preflight.ring import PROBE_TIMEOUT_S, probe
+from clusterenv.preflight.verdict import TABLE_LIMIT, NodeRef, NodeSummary, RingHop, Verdict
+from clusterenv.preflight.wire import (
     DEFAULT_LIMITS,
     Frame,
     Kind,

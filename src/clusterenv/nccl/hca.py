@@ -14,9 +14,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from clusterenv._facts import Facts, Proposal, with_origin
-from clusterenv._nccl_version import known_before
 from clusterenv.filters import IB_HCA, lint_filter, parse_filter, render_exact
 from clusterenv.findings import Finding
+from clusterenv.nccl.version import known_before
 from clusterenv.rdma import RdmaDevice, RdmaPort, port_transport
 from clusterenv.sources import runpod
 

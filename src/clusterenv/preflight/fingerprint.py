@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from clusterenv._preflight_wire import WireError
 from clusterenv._root import Root, as_root
 from clusterenv.findings import Finding
+from clusterenv.preflight.wire import WireError
 
 if TYPE_CHECKING:
     from clusterenv._facts import Facts

@@ -1,6 +1,6 @@
 """The preflight verdict: the problems found across nodes, the node table, the ring probes.
 
-The primary builds a :class:`Verdict` (with :func:`clusterenv._preflight_compare.compare`) and
+The primary builds a :class:`Verdict` (with :func:`clusterenv.preflight.compare.compare`) and
 sends it to every node as JSON; each node rebuilds it with :meth:`Verdict.from_wire`.
 """
 
@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from clusterenv._preflight_fingerprint import Fingerprint
-from clusterenv._preflight_wire import WireError
 from clusterenv.findings import Finding, Severity
+from clusterenv.preflight.fingerprint import Fingerprint
+from clusterenv.preflight.wire import WireError
 
 __all__ = ["TABLE_LIMIT", "NodeRef", "NodeSummary", "Problem", "RingHop", "Verdict"]
 

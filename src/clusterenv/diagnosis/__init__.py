@@ -32,14 +32,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from clusterenv._checks_host import host_checks
-from clusterenv._checks_network import network_checks
-from clusterenv._checks_rdma_access import rdma_checks
-from clusterenv._checks_rendezvous import rendezvous_checks
 from clusterenv._facts import Facts
 from clusterenv._root import Root, as_root
+from clusterenv.diagnosis.host import host_checks
+from clusterenv.diagnosis.network import network_checks
+from clusterenv.diagnosis.rdma import rdma_checks
+from clusterenv.diagnosis.rendezvous import rendezvous_checks
 from clusterenv.findings import Finding, sort_findings
-from clusterenv.nccl import NcclPlan, plan_from_facts
+from clusterenv.nccl.plan import NcclPlan, plan_from_facts
 
 __all__ = ["CHECK_CODES", "diagnose_with_plan", "doctor"]
 

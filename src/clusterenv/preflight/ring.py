@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 
-from clusterenv._preflight_wire import (
+from clusterenv.preflight.wire import (
     Frame,
     FrameReader,
     Kind,

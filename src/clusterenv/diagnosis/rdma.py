@@ -7,10 +7,10 @@ do not count.
 
 from __future__ import annotations
 
-from clusterenv._checks_rdma import management_netdev, nccl_ports, port_label, version_text
 from clusterenv._facts import Facts
-from clusterenv._nccl_version import known_before
 from clusterenv.findings import Finding
+from clusterenv.nccl.hca import management_netdev, nccl_ports, port_label, version_text
+from clusterenv.nccl.version import known_before
 from clusterenv.rdma import port_transport
 
 __all__ = ["rdma_checks"]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 
-from clusterenv._checks_network import lookup_hostname, primary_variable
 from clusterenv._facts import Facts
+from clusterenv.diagnosis.network import lookup_hostname
 from clusterenv.findings import Finding
+from clusterenv.nccl.interface import primary_variable
 from clusterenv.network import route_interface
 from clusterenv.sources import runpod
 

@@ -35,13 +35,13 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from clusterenv._checks_env import env_checks
-from clusterenv._checks_network import socket_plan, socket_value_findings
-from clusterenv._checks_rdma import rdma_plan, rdma_value_findings
 from clusterenv._facts import ENVIRONMENT, Facts, Proposal
 from clusterenv._root import Root, as_root
 from clusterenv.errors import ClusterEnvWarning
 from clusterenv.findings import Finding
+from clusterenv.nccl.hca import rdma_plan, rdma_value_findings
+from clusterenv.nccl.interface import socket_plan, socket_value_findings
+from clusterenv.nccl.lint import env_checks
 
 if TYPE_CHECKING:
     from clusterenv.config import ClusterConfig

@@ -14,10 +14,11 @@ import socket
 import time
 from typing import Any
 
-from clusterenv._preflight_fingerprint import TOKEN_VARIABLE, Fingerprint
-from clusterenv._preflight_ring import PROBE_TIMEOUT_S, RingListener, probe, read_frame
-from clusterenv._preflight_verdict import Verdict
-from clusterenv._preflight_wire import (
+from clusterenv.errors import ClusterEnvError
+from clusterenv.preflight.fingerprint import TOKEN_VARIABLE, Fingerprint
+from clusterenv.preflight.ring import PROBE_TIMEOUT_S, RingListener, probe, read_frame
+from clusterenv.preflight.verdict import Verdict
+from clusterenv.preflight.wire import (
     DEFAULT_LIMITS,
     FrameReader,
     Kind,
@@ -29,7 +30,6 @@ from clusterenv._preflight_wire import (
     new_nonce,
     verify_mac,
 )
-from clusterenv.errors import ClusterEnvError
 from clusterenv.sources._base import format_host_port
 
 __all__ = ["PreflightError", "run_node"]

@@ -4,7 +4,7 @@ A line is ``<launcher prefix><host>:<pid>:<tid> [<cuda dev>] [<file>:<line>] NCC
 where everything before the marker is optional. :func:`parse_info` turns the message of an INFO
 line into a *fact*, a tuple whose first item names what it is (``("bootstrap", endpoint)``,
 ``("env", "NCCL_IB_HCA", "mlx5_0")``) or None for the many lines that say nothing we need.
-The stateful parser (:mod:`clusterenv._nccl_log_parse`) caches facts by message text, since
+The stateful parser (:mod:`clusterenv.nccl_log.parse`) caches facts by message text, since
 every rank prints the same messages.
 
 Every pattern is ASCII with bounded quantifiers: arbitrary text must neither crash ``int()`` (which
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from clusterenv._nccl_log_model import INTERNAL_NETWORKS, SocketEndpoint, parse_ip
+from clusterenv.nccl_log.model import INTERNAL_NETWORKS, SocketEndpoint, parse_ip
 
 __all__ = [
     "TORCH_ERROR",

@@ -29,7 +29,8 @@ import os
 from collections.abc import Iterable
 from typing import IO, Any
 
-from clusterenv._nccl_log_checks import (
+from clusterenv.errors import DiscoveryError
+from clusterenv.nccl_log.checks import (
     CODE_BOOTSTRAP_MANAGEMENT,
     CODE_CONNECT_TIMEOUT,
     CODE_GDR_DISABLED,
@@ -51,7 +52,7 @@ from clusterenv._nccl_log_checks import (
     interface_concern,
     nccl_log_findings,
 )
-from clusterenv._nccl_log_model import (
+from clusterenv.nccl_log.model import (
     INTERNAL_NETWORKS,
     GpuDirect,
     LogMessage,
@@ -61,8 +62,7 @@ from clusterenv._nccl_log_model import (
     RankInfo,
     SocketEndpoint,
 )
-from clusterenv._nccl_log_parse import parse_lines
-from clusterenv.errors import DiscoveryError
+from clusterenv.nccl_log.parse import parse_lines
 
 __all__ = [
     "CODES",

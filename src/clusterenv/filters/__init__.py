@@ -22,7 +22,7 @@ Example::
 
 from __future__ import annotations
 
-from clusterenv._filter_language import (
+from clusterenv.filters.language import (
     IB_HCA,
     SOCKET_IFNAME,
     FilterToken,
@@ -32,7 +32,7 @@ from clusterenv._filter_language import (
     parse_filter,
     render_exact,
 )
-from clusterenv._filter_lint import (
+from clusterenv.filters.lint import (
     ALL_CODES,
     FILTER_BAD_PORT,
     FILTER_EMPTY_LIST,

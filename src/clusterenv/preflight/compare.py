@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from clusterenv._addresses import parse_ip
-from clusterenv._preflight_fingerprint import Fingerprint
-from clusterenv._preflight_verdict import NodeRef, Problem, RingHop
 from clusterenv.findings import Finding, Severity
+from clusterenv.preflight.fingerprint import Fingerprint
+from clusterenv.preflight.verdict import NodeRef, Problem, RingHop
 
 __all__ = ["compare", "ranks_text"]
 

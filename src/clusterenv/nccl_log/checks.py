@@ -10,8 +10,8 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 
-from clusterenv._nccl_log_model import INTERNAL_NETWORKS, LogMessage, NcclLog, RankInfo, parse_ip
 from clusterenv.findings import Finding, Severity, sort_findings
+from clusterenv.nccl_log.model import INTERNAL_NETWORKS, LogMessage, NcclLog, RankInfo, parse_ip
 
 __all__ = [
     "CODES",

@@ -2,7 +2,7 @@
 
 Speed matters (logs of many GB exist): a line without ``NCCL`` costs one substring test; a marker
 line costs a ``find``, a slice and a dict lookup of its message text in a cache of facts
-(:func:`clusterenv._nccl_log_lines.parse_info` runs once per distinct message); only lines that
+(:func:`clusterenv.nccl_log.lines.parse_info` runs once per distinct message); only lines that
 state a fact touch the per-process state.
 """
 
@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from clusterenv._nccl_log_lines import (
+from clusterenv.nccl_log.lines import (
     TORCH_ERROR,
     VERSION,
     Fact,
@@ -24,7 +24,7 @@ from clusterenv._nccl_log_lines import (
     segments,
     source_of,
 )
-from clusterenv._nccl_log_model import (
+from clusterenv.nccl_log.model import (
     INTERNAL_NETWORKS,
     GpuDirect,
     LogMessage,

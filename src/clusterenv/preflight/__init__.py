@@ -38,19 +38,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from clusterenv._preflight_compare import compare
-from clusterenv._preflight_fingerprint import (
+from clusterenv._root import Root, as_root
+from clusterenv.preflight.compare import compare
+from clusterenv.preflight.fingerprint import (
     TOKEN_VARIABLE,
     Fingerprint,
     RdmaSummary,
     _collect,
     collect_fingerprint,
 )
-from clusterenv._preflight_node import PreflightError, run_node
-from clusterenv._preflight_server import PrimaryServer, serve_primary
-from clusterenv._preflight_verdict import NodeRef, NodeSummary, Problem, RingHop, Verdict
-from clusterenv._preflight_wire import DEFAULT_LIMITS, Limits
-from clusterenv._root import Root, as_root
+from clusterenv.preflight.node import PreflightError, run_node
+from clusterenv.preflight.server import PrimaryServer, serve_primary
+from clusterenv.preflight.verdict import NodeRef, NodeSummary, Problem, RingHop, Verdict
+from clusterenv.preflight.wire import DEFAULT_LIMITS, Limits
 from clusterenv.sources._base import format_host_port
 
 if TYPE_CHECKING:

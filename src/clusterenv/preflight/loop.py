@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterenv._addresses import parse_ip
-from clusterenv._preflight_fingerprint import Fingerprint
-from clusterenv._preflight_wire import (
+from clusterenv.preflight.fingerprint import Fingerprint
+from clusterenv.preflight.wire import (
     Frame,
     FrameReader,
     Kind,
