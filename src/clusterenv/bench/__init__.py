@@ -1,0 +1,92 @@
+"""Measure what the network gives a collective job, against the line rate, and name slow nodes.
+
+``clusterenv bench`` runs on every node at once (like ``preflight``) and starts torchrun with
+the worker of this package; :func:`run` does the same measurement inside a process group that is
+already initialised. What is measured follows nccl-tests' definitions (:mod:`.units`), the line
+rate comes from sysfs (:mod:`.linerate`), and the verdict is :mod:`.verdict`'s.
+
+Importing this package imports neither torch nor pydantic; :func:`run` imports torch.
+
+Example::
+
+    import torch.distributed as dist
+    from clusterenv import bench
+
+    dist.init_process_group("nccl")
+    result = bench.run(sizes=bench.parse_sizes("1M,64M,1G"))
+    if dist.get_rank() == 0:
+        print(result.to_dict()["slow_nodes"])
+"""
+
+from __future__ import annotations
+
+from clusterenv.bench.conclude import (
+    CODE_BELOW_LINE_RATE,
+    CODE_MIXED_TRANSPORT,
+    CODE_SLOW_LINK,
+    CODE_SLOW_NODE,
+    CODES,
+    conclude,
+)
+from clusterenv.bench.linerate import (
+    LineRate,
+    Rail,
+    interface_line_rate,
+    rails_in_use,
+    rdma_line_rate,
+)
+from clusterenv.bench.model import BenchResult, LinkResult, NodeInfo, SizeResult
+from clusterenv.bench.svg import render_svg, write_svg
+from clusterenv.bench.units import (
+    CPU_SIZES,
+    GPU_SIZES,
+    algbw_gbs,
+    busbw_factor,
+    busbw_gbs,
+    format_size,
+    line_fraction,
+    parse_size,
+    parse_sizes,
+)
+from clusterenv.bench.verdict import (
+    NodeScore,
+    Transfer,
+    ring_transfers,
+    schedule_rounds,
+    score_nodes,
+)
+
+__all__ = [
+    "CODES",
+    "CODE_BELOW_LINE_RATE",
+    "CODE_MIXED_TRANSPORT",
+    "CODE_SLOW_LINK",
+    "CODE_SLOW_NODE",
+    "CPU_SIZES",
+    "GPU_SIZES",
+    "BenchResult",
+    "LineRate",
+    "LinkResult",
+    "NodeInfo",
+    "NodeScore",
+    "Rail",
+    "SizeResult",
+    "Transfer",
+    "algbw_gbs",
+    "busbw_factor",
+    "busbw_gbs",
+    "conclude",
+    "format_size",
+    "interface_line_rate",
+    "line_fraction",
+    "parse_size",
+    "parse_sizes",
+    "rails_in_use",
+    "rdma_line_rate",
+    "render_svg",
+    "ring_transfers",
+    "schedule_rounds",
+    "score_nodes",
+    "write_svg",
+]
+
