@@ -22,7 +22,7 @@ from clusterenv._root import Root
 from clusterenv.diagnosis import CHECK_CODES
 from clusterenv.diagnosis.rdma import _has_libibverbs
 from clusterenv.filters import ALL_CODES
-from clusterenv.findings import has_errors
+from clusterenv.findings import CODES, codes_of, has_errors
 from clusterenv.testing import HostBuilder, gid, port
 from tests.nccl_hosts import B0_ENV, b0, roce_gids, roce_node
 
@@ -490,37 +490,45 @@ def test_every_finding_is_complete(tmp_path: Path) -> None:
 # -- every code is known and documented ---------------------------------------------------------
 
 _REPO = Path(__file__).resolve().parents[1]
-_SRC = _REPO / "src" / "clusterenv"
 
 
-def _codes_in_sources(pattern: str, *files: Path) -> set[str]:
-    found: set[str] = set()
-    for file in files:
-        found.update(re.findall(pattern, file.read_text(encoding="utf-8")))
-    return found
-
-
-def project_codes() -> set[str]:
-    """Every finding code in the project: registries where modules keep one, else the code
-    literals of the modules that emit them."""
-    config_files = [_SRC / "config.py", *sorted((_SRC / "sources").glob("*.py"))]
-    codes = set(CHECK_CODES) | set(ALL_CODES) | set(nccl_log.CODES)
-    codes |= _codes_in_sources(r'"((?:config|worker)-[a-z0-9-]+)"', *config_files)
-    codes |= _codes_in_sources(r'(?:code=|\(\s*)"((?:preflight|launch)-[a-z0-9-]+)",',
-                               *sorted(_SRC.glob("*.py")))
-    return codes
+def troubleshooting_entries() -> dict[str, str]:
+    """Code -> the text of its entry in docs/troubleshooting.md (headed ``### … { #code }``)."""
+    page = (_REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    entries: dict[str, str] = {}
+    for section in re.split(r"^### ", page, flags=re.MULTILINE)[1:]:
+        head, _, body = section.partition("\n")
+        anchor = re.search(r" \{ #([a-z0-9-]+) \}$", head)
+        assert anchor, f"an entry without a code anchor: {head!r}"
+        assert anchor[1] not in entries, f"{anchor[1]} has two entries"
+        entries[anchor[1]] = body
+    return entries
 
 
 def test_troubleshooting_has_one_entry_per_code() -> None:
-    page = (_REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
-    anchors = re.findall(r"^### .+ \{ #([a-z0-9-]+) \}$", page, flags=re.MULTILINE)
-    assert len(anchors) == len(set(anchors)), "a code has two entries"
-    missing = project_codes() - set(anchors)
+    entries = troubleshooting_entries()
+    missing = set(CODES) - set(entries)
     assert not missing, f"codes without an entry in docs/troubleshooting.md: {sorted(missing)}"
+    stale = set(entries) - set(CODES)
+    assert not stale, f"entries for codes clusterenv never emits: {sorted(stale)}"
+
+
+@pytest.mark.parametrize("code", sorted(CODES))
+def test_troubleshooting_states_the_default_severity(code: str) -> None:
+    # Each entry starts with "`code` · severity": the registry's default comes first.
+    body = troubleshooting_entries()[code]
+    assert f"`{code}` · {CODES[code].severity}" in body, body[:200]
+
+
+def test_the_old_code_tuples_are_views_of_the_registry() -> None:
+    assert set(CHECK_CODES) | set(ALL_CODES) | set(nccl_log.CODES) < set(CODES)
+    assert codes_of("doctor") == CHECK_CODES
+    assert codes_of("filters") == ALL_CODES
+    assert codes_of("nccl-log") == nccl_log.CODES
 
 
 def test_doctor_emits_only_registered_codes(tmp_path: Path) -> None:
-    known = project_codes()
+    known = set(CODES)
     host = roce_node(tmp_path, rails=2).shm(64 << 20).memlock(65536, 65536).cap_ipc_lock(False)
     host.file("etc/hosts", "127.0.1.1 node-0\n")
     found = run(tmp_path, NCCL_SOCKET_IFNAME="eth0", GLOO_SOCKET_IFNAME="ens", NCCL_IB_HCA="mlx5",
@@ -530,7 +538,7 @@ def test_doctor_emits_only_registered_codes(tmp_path: Path) -> None:
     assert len({f.code for f in found}) >= 12
 
 
-_KNOWN = project_codes()
+_KNOWN = set(CODES)
 
 
 @pytest.fixture(scope="module")

@@ -181,9 +181,8 @@ class ConfigCheck:
     def findings(self) -> list[Finding]:
         """Problems as error findings, followed by the notes."""
         out = [
-            Finding(
+            Finding.of(
                 p.code,
-                "error",
                 p.message,
                 (
                     f"source: {self.source}",

@@ -364,8 +364,8 @@ def plan_launch(
             torchrun = find_torchrun(env)
         except LaunchError as e:
             torchrun = ["torchrun"]
-            findings.append(Finding(
-                "launch-torchrun-missing", "error", str(e),
+            findings.append(Finding.of(
+                "launch-torchrun-missing", str(e),
                 (f"PATH={env.get('PATH', '')}", f"python: {sys.executable}"), _INSTALL_TORCH,
             ))
     facts = Facts(environ=env, root=host_root, config=config)
@@ -382,8 +382,8 @@ def _process_count_findings(
 ) -> list[Finding]:
     out: list[Finding] = []
     if gpus and nproc > gpus:
-        out.append(Finding(
-            "launch-nproc-exceeds-gpus", "warning",
+        out.append(Finding.of(
+            "launch-nproc-exceeds-gpus",
             f"{nproc} processes per node but {gpus} GPUs visible: the extra processes fail "
             "with 'CUDA error: invalid device ordinal' or share a GPU",
             (f"processes per node: {nproc}", f"visible GPUs: {gpus}",
@@ -391,8 +391,8 @@ def _process_count_findings(
             f"--nproc-per-node={gpus}",
         ))
     if config.source != "local" and nproc != config.num_trainers:
-        out.append(Finding(
-            "launch-nproc-differs", "info",
+        out.append(Finding.of(
+            "launch-nproc-differs",
             f"{nproc} processes per node instead of NUM_TRAINERS={config.num_trainers}: the job "
             f"has {nproc * config.num_nodes} processes, not WORLD_SIZE={config.world_size}",
             (f"--nproc-per-node={nproc}", f"NUM_TRAINERS={config.num_trainers}"),

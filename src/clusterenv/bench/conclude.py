@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from clusterenv.bench.model import BenchResult, LinkResult, NodeInfo, SizeResult
 from clusterenv.bench.units import algbw_gbs, busbw_gbs, format_size, line_fraction
 from clusterenv.bench.verdict import NodeScore, Transfer, score_nodes, slow_transfers
-from clusterenv.findings import Finding
+from clusterenv.findings import Finding, codes_of
 
 __all__ = [
     "CODES",
@@ -27,9 +27,9 @@ CODE_SLOW_NODE = "bench-slow-node"
 CODE_SLOW_LINK = "bench-slow-link"
 CODE_MIXED_TRANSPORT = "bench-transport-mixed"
 CODE_BELOW_LINE_RATE = "bench-below-line-rate"
-#: Every finding code ``bench`` reports.
-CODES: tuple[str, ...] = (CODE_SLOW_NODE, CODE_SLOW_LINK, CODE_MIXED_TRANSPORT,
-                          CODE_BELOW_LINE_RATE)
+#: Every finding code ``bench`` reports: the ``"bench"`` codes of
+#: :data:`clusterenv.findings.CODES`.
+CODES: tuple[str, ...] = codes_of("bench")
 
 #: A timing: ``(size in bytes, median seconds, timed iterations)``.
 Timing = tuple[int, float, int]
@@ -78,14 +78,14 @@ def _slow_node_finding(info: NodeInfo, score: NodeScore, nodes: Sequence[NodeInf
            f"speed, duplex, errors) and shaping (`tc qdisc show dev {iface}`); with NCCL, check "
            "that it used the RDMA ports (`NCCL_DEBUG=INFO`, then `clusterenv nccl-log`); "
            "drain the node if it stays slow")
-    return Finding(CODE_SLOW_NODE, "error", title, evidence, fix)
+    return Finding.of(CODE_SLOW_NODE, title, evidence, fix)
 
 
 def _slow_link_finding(transfer: Transfer, by_node: dict[int, NodeInfo], typical: float,
                        min_fraction: float) -> Finding:
     src, dst = by_node[transfer.src], by_node[transfer.dst]
-    return Finding(
-        CODE_SLOW_LINK, "error",
+    return Finding.of(
+        CODE_SLOW_LINK,
         f"the transfer from {_where(src)} to {_where(dst)} carries {_gbit(transfer.gbs)}, "
         f"below {min_fraction:g} × the median transfer {_gbit(typical)}; both nodes are "
         "fast towards their other neighbours",
@@ -157,8 +157,8 @@ def conclude(
             + ", ".join(str(n.node) for n in nodes if n.transport == name)
             for name, count in transports.most_common()
         )
-        findings.append(Finding(
-            CODE_MIXED_TRANSPORT, "warning",
+        findings.append(Finding.of(
+            CODE_MIXED_TRANSPORT,
             f"the nodes moved data over different transports ({listed}): the job runs at the "
             "speed of the slowest",
             tuple(f"node {n.node}: {n.transport}" for n in nodes),
@@ -168,8 +168,8 @@ def conclude(
     largest = size_results[-1] if size_results else None
     if largest is not None and largest.busbw_fraction is not None \
             and largest.busbw_fraction < min_fraction:
-        findings.append(Finding(
-            CODE_BELOW_LINE_RATE, "info",
+        findings.append(Finding.of(
+            CODE_BELOW_LINE_RATE,
             f"all-reduce of {format_size(largest.size)} reached {largest.busbw_fraction:.0%} of "
             f"the line rate ({_gbit(largest.busbw_gbs)} bus bandwidth against "
             f"{_rate(line_rate)})",

@@ -38,34 +38,15 @@ from clusterenv.diagnosis.host import host_checks
 from clusterenv.diagnosis.network import network_checks
 from clusterenv.diagnosis.rdma import rdma_checks
 from clusterenv.diagnosis.rendezvous import rendezvous_checks
-from clusterenv.findings import Finding, sort_findings
+from clusterenv.findings import Finding, codes_of, sort_findings
 from clusterenv.nccl.plan import NcclPlan, plan_from_facts
 
 __all__ = ["CHECK_CODES", "diagnose_with_plan", "doctor"]
 
 #: Every finding code the plan and the checks of this module emit (besides the ``config-*`` and
-#: ``worker-*`` codes of :mod:`clusterenv.config` and the codes of :mod:`clusterenv.filters`),
-#: each documented in the troubleshooting page.
-CHECK_CODES: tuple[str, ...] = (
-    # socket interfaces
-    "socket-ifname-unset", "gloo-ifname-unset", "ifname-not-cluster",
-    "cluster-interface-unknown", "cluster-interface-management", "cluster-interface-down",
-    "cluster-interface-no-ipv4", "framework-host-ip",
-    # rendezvous address, ranks, launch
-    "primary-addr-management", "primary-route-management", "primary-route-not-cluster",
-    "primary-unreachable", "node-addr-not-local", "primary-rank-mismatch", "hostname-loopback",
-    "primary-port-in-use", "launcher-missing", "plan-config-invalid",
-    # host
-    "gpus-too-few", "gpus-none-visible", "shm-too-small",
-    # RDMA
-    "rdma-not-openable", "rdma-no-libibverbs", "memlock-too-low", "gpudirect-unavailable",
-    "gpudirect-old-nccl", "ib-disabled", "ib-hca-mixed-fabric", "ib-hca-excluded",
-    "ib-gid-index-wrong", "ib-gid-index-invalid", "ib-gid-index-unneeded",
-    "ib-gid-index-disagree", "ib-gid-index-info",
-    # leftover and deprecated variables
-    "env-deprecated", "env-no-such-timeout", "hang-detection-disabled", "ignore-net-mismatch",
-    "nccl-debug-knob", "nccl-net-contradiction",
-)
+#: ``worker-*`` codes of :mod:`clusterenv.config` and the codes of :mod:`clusterenv.filters`):
+#: the ``"doctor"`` codes of :data:`clusterenv.findings.CODES`.
+CHECK_CODES: tuple[str, ...] = codes_of("doctor")
 
 # The plan's own "environment is invalid" finding repeats what the config findings say.
 _REDUNDANT = frozenset({"plan-config-invalid"})

@@ -34,8 +34,8 @@ def _gpus(facts: Facts) -> list[Finding]:
     wanted = config.num_trainers
     if host.gpus_installed == 0:
         if facts.runpod:
-            return [Finding(
-                "gpus-none-visible", "warning",
+            return [Finding.of(
+                "gpus-none-visible",
                 f"no NVIDIA GPU is visible, but {variable}={wanted}",
                 ("/proc/driver/nvidia/gpus is empty or missing",),
                 "check that the NVIDIA driver is loaded and the container was given the GPUs "
@@ -48,8 +48,8 @@ def _gpus(facts: Facts) -> list[Finding]:
     evidence = [f"{variable}={wanted}", f"GPUs installed: {host.gpus_installed}"]
     if cvd is not None and not worker:
         evidence.append(f"CUDA_VISIBLE_DEVICES={cvd!r} leaves {visible}")
-    return [Finding(
-        "gpus-too-few", "error",
+    return [Finding.of(
+        "gpus-too-few",
         f"{variable}={wanted} processes per node, but only {visible} GPUs are visible: "
         "'CUDA error: invalid device ordinal'",
         tuple(evidence),
@@ -66,8 +66,8 @@ def _shm(facts: Facts) -> list[Finding]:
         return []
     if config.num_trainers < 2 and not config.is_multi_node:
         return []
-    return [Finding(
-        "shm-too-small", "error",
+    return [Finding.of(
+        "shm-too-small",
         f"{_SHM} is {format_bytes(size)}; NCCL needs more with {config.num_trainers} local "
         "processes: 'posix_fallocate failed: No space left on device'",
         (f"{_SHM}: {size} bytes", f"processes per node: {config.num_trainers}"),
@@ -110,8 +110,8 @@ def _port(facts: Facts) -> list[Finding]:
     if not port_in_use(config.primary_port, family=family):
         return []
     variable = "PRIMARY_PORT" if facts.runpod else "MASTER_PORT"
-    return [Finding(
-        "primary-port-in-use", "error",
+    return [Finding.of(
+        "primary-port-in-use",
         f"{variable}={config.primary_port} is already bound on this node: the rendezvous "
         "fails with 'errno: 98 - Address already in use'",
         (f"binding port {config.primary_port} failed with EADDRINUSE",),
@@ -128,8 +128,8 @@ def _launcher(facts: Facts) -> list[Finding]:
     if facts.environ.get("RANK") is not None or facts.environ.get("LOCAL_RANK") is not None:
         return []
     command = " ".join(["torchrun", *config.torchrun_args(), "train.py"])
-    return [Finding(
-        "launcher-missing", "info",
+    return [Finding.of(
+        "launcher-missing",
         "the cluster variables are set but no per-process ranks: start training with torchrun "
         "(plain `python train.py` fails with 'environment variable RANK expected, but not set')",
         (f"source: {config.source}", "RANK and LOCAL_RANK are unset"),

@@ -50,8 +50,8 @@ def _socket_unset(facts: Facts) -> list[Finding]:
         title = (f"NCCL_SOCKET_IFNAME is unset: besides {chosen[0]}, NCCL's socket transport "
                  f"would also use {'; '.join(extra)}")
     fix_name = usable_cluster_interface(facts)
-    return [Finding(
-        "socket-ifname-unset", "warning", title,
+    return [Finding.of(
+        "socket-ifname-unset", title,
         (
             "NCCL's default: ib*, else every interface but docker*/lo*/virbr*, in kernel "
             f"order: {', '.join(facts.kernel_order) or 'none'}",
@@ -102,7 +102,7 @@ def _gloo_unset(facts: Facts) -> list[Finding]:
                      f"Gloo will not use the cluster interface {cluster.name}")
         evidence = (f"hostname: {hostname}", f"/etc/hosts: {hostname} -> "
                     f"{', '.join(addresses)}")
-    return [Finding("gloo-ifname-unset", "warning", title, evidence, fix)]
+    return [Finding.of("gloo-ifname-unset", title, evidence, fix)]
 
 
 def _cluster_interface_state(facts: Facts) -> list[Finding]:
@@ -115,8 +115,8 @@ def _cluster_interface_state(facts: Facts) -> list[Finding]:
                 if runpod.is_cluster_interface_name(i.name) and not i.ipv4]
         if not bare:
             return []
-        return [Finding(
-            "cluster-interface-no-ipv4", "error",
+        return [Finding.of(
+            "cluster-interface-no-ipv4",
             f"{bare[0]} has no IPv4 address: the cluster network of this node is not configured",
             (f"interfaces without IPv4: {', '.join(bare)}", facts.cluster_choice[1]),
             "wait for the cluster network to come up (Runpod: up to 30 s after start), or "
@@ -124,8 +124,8 @@ def _cluster_interface_state(facts: Facts) -> list[Finding]:
         )]
     if interface.is_up:
         return []
-    return [Finding(
-        "cluster-interface-down", "error",
+    return [Finding.of(
+        "cluster-interface-down",
         f"the cluster interface {facts.describe(interface.name)} is {interface.operstate}",
         (f"cluster interface: {facts.cluster_choice[1]}", f"operstate: {interface.operstate}"),
         f"bring {interface.name} up (`ip link set {interface.name} up`) or check the cable/port",

@@ -49,22 +49,23 @@ def _not_openable(facts: Facts) -> list[Finding]:
     listed = ", ".join(port_label(d, p) for d, p in closed)
     nodes = ", ".join(sorted({f"/dev/infiniband/{d.uverbs}" for d, _ in closed if d.uverbs}))
     everything = len(closed) == len(up)
-    return [Finding(
-        "rdma-not-openable", "error" if everything else "warning",
+    return [Finding.of(
+        "rdma-not-openable",
         f"RDMA ports are ACTIVE in sysfs but this process cannot open {listed}"
         + (": NCCL will silently use TCP sockets" if everything else ""),
         (f"missing or not openable: {nodes or 'no uverbs device names them'}",
          f"present in /dev/infiniband: {', '.join(facts.rdma.uverbs) or 'nothing'}"),
         "give the container the devices: docker run --device=/dev/infiniband (or "
         "--privileged); Kubernetes: the RDMA device plugin",
+        severity="error" if everything else "warning",
     )]
 
 
 def _libibverbs(facts: Facts) -> list[Finding]:
     if not facts.root.is_live or not nccl_ports(facts) or _has_libibverbs(facts):
         return []
-    return [Finding(
-        "rdma-no-libibverbs", "error",
+    return [Finding.of(
+        "rdma-no-libibverbs",
         "usable RDMA devices, but no libibverbs in this image: NCCL logs 'Failed to open "
         "libibverbs.so' and uses TCP sockets",
         ("looked in: " + ", ".join(f"/{d}" for d in _library_dirs(facts)[:12]),),
@@ -85,8 +86,8 @@ def _memlock(facts: Facts) -> list[Finding]:
            if host.memlock_hard is None else
            "raise the limit: docker run --ulimit memlock=-1, or '* soft memlock unlimited' and "
            "'* hard memlock unlimited' in /etc/security/limits.conf")
-    return [Finding(
-        "memlock-too-low", "error",
+    return [Finding.of(
+        "memlock-too-low",
         f"RLIMIT_MEMLOCK is {soft // 1024} KiB; RDMA needs unlimited: NCCL fails with "
         "'ibv_reg_mr ... Cannot allocate memory'",
         (f"memlock soft {soft} bytes, hard {hard}",
@@ -102,17 +103,18 @@ def _gpudirect(facts: Facts) -> list[Finding]:
         return []
     if not host.gpudirect:
         if host.open_kernel_module:
-            return [Finding(
-                "gpudirect-unavailable", "info",
+            return [Finding.of(
+                "gpudirect-unavailable",
                 "nvidia_peermem is not loaded; with the open GPU kernel module NCCL can still "
                 "use GPUDirect RDMA through DMA-BUF (look for 'DMA-BUF is available')",
                 ("no /sys/module/nvidia_peermem, no /sys/kernel/mm/memory_peers/nv_mem",
                  f"driver {host.driver_version}: open kernel module"),
                 "if NCCL logs 'GPU Direct RDMA Disabled', run `modprobe nvidia_peermem` on the "
                 "host",
+                severity="info",
             )]
-        return [Finding(
-            "gpudirect-unavailable", "warning",
+        return [Finding.of(
+            "gpudirect-unavailable",
             "GPUDirect RDMA unavailable (nvidia_peermem not loaded): NCCL logs 'GPU Direct RDMA "
             "Disabled for HCA' and copies through host memory",
             ("no /sys/module/nvidia_peermem, no /sys/kernel/mm/memory_peers/nv_mem",
@@ -121,8 +123,8 @@ def _gpudirect(facts: Facts) -> list[Finding]:
         )]
     if (host.gpudirect_path == "/sys/module/nvidia_peermem/version"
             and known_before(facts.nccl_versions, (2, 23))):
-        return [Finding(
-            "gpudirect-old-nccl", "warning",
+        return [Finding.of(
+            "gpudirect-old-nccl",
             f"nvidia_peermem is loaded, but NCCL {version_text(facts)} (before 2.23) may not "
             "detect it on newer driver stacks: 'GPU Direct RDMA Disabled'",
             (f"found {host.gpudirect_path}", "no /sys/kernel/mm/memory_peers/nv_mem/version"),

@@ -32,8 +32,8 @@ def _hostname_loopback(facts: Facts) -> list[Finding]:
     if not first.is_loopback:
         return []
     variable = primary_variable(facts)
-    return [Finding(
-        "hostname-loopback", "warning",
+    return [Finding.of(
+        "hostname-loopback",
         f"host name {hostname!r} resolves to {first} (/etc/hosts): torchrun's c10d rendezvous "
         "and socket.getfqdn() would hand other nodes a loopback address",
         (f"/etc/hosts: {hostname} -> {', '.join(addresses)}",),
@@ -65,8 +65,8 @@ def _primary_address(facts: Facts) -> list[Finding]:
             where = (f"the primary node's address on {cluster.name} "
                      f"({cluster.ipv4[0].network if cluster.ipv4 else 'the cluster network'})"
                      if cluster else "the primary node's ens1 address")
-            out.append(Finding(
-                "primary-addr-management", "error",
+            out.append(Finding.of(
+                "primary-addr-management",
                 f"{variable}={ip} is a Runpod management address (172.16.0.0/12, eth0): "
                 "other nodes cannot reach it and the rendezvous times out",
                 (f"{variable}={ip}", "Runpod: 172.x addresses are for internet traffic only"),
@@ -81,8 +81,8 @@ def _primary_address(facts: Facts) -> list[Finding]:
                     f"route to {ip}: {'via ' + route if route else 'none'}",
                     f"cluster interface: {facts.cluster_choice[1]}")
         if route is None:
-            out.append(Finding(
-                "primary-unreachable", "error",
+            out.append(Finding.of(
+                "primary-unreachable",
                 f"no route to {variable}={ip}: the kernel's routing table has no entry for it",
                 evidence, f"check {variable}, or the cluster network (`ip route get {ip}`)",
             ))
@@ -90,8 +90,8 @@ def _primary_address(facts: Facts) -> list[Finding]:
         interface = facts.network.get(route)
         management = facts.management_reason(interface) if interface else None
         if facts.runpod and (management or runpod.is_management(interface=route)):
-            out.append(Finding(
-                "primary-route-management", "error",
+            out.append(Finding.of(
+                "primary-route-management",
                 f"the route to {variable}={ip} leaves via {facts.describe(route)}, "
                 f"{management or 'Runpod management'}: the rendezvous will time out",
                 evidence,
@@ -99,8 +99,8 @@ def _primary_address(facts: Facts) -> list[Finding]:
                 "(the value Runpod set), so that it is reached over ens1",
             ))
         elif cluster is not None and route != cluster.name:
-            out.append(Finding(
-                "primary-route-not-cluster", "warning",
+            out.append(Finding.of(
+                "primary-route-not-cluster",
                 f"the route to {variable}={ip} leaves via {facts.describe(route)}, not the "
                 f"cluster interface {facts.describe(cluster.name)}",
                 evidence,
@@ -120,8 +120,8 @@ def _node_addr(facts: Facts) -> list[Finding]:
         return []
     have = [f"{i.name} {', '.join(str(a.ip) for a in i.addresses)}"
             for i in facts.network if i.addresses and not i.is_loopback]
-    return [Finding(
-        "node-addr-not-local", "warning",
+    return [Finding.of(
+        "node-addr-not-local",
         f"NODE_ADDR={ip} is not an address of this node",
         (f"NODE_ADDR={ip}", f"addresses here: {'; '.join(have) or 'none'}"),
         "export NODE_ADDR=<this node's own cluster address>; do not copy the environment "
@@ -142,8 +142,8 @@ def _primary_rank(facts: Facts) -> list[Finding]:
     if owner is None or owner.is_loopback:
         return []
     variable = primary_variable(facts)
-    return [Finding(
-        "primary-rank-mismatch", "error",
+    return [Finding.of(
+        "primary-rank-mismatch",
         f"this node holds {variable}={config.primary_addr} (on {owner.name}) but its node rank "
         f"is {config.node_rank}: the node that hosts the rendezvous must be rank 0",
         (f"{variable}={config.primary_addr} is on {owner.name}",
@@ -169,16 +169,17 @@ def _framework_host_ips(facts: Facts) -> list[Finding]:
         fix = (f"export {variable}={cluster.ipv4[0].ip}" if cluster and cluster.ipv4
                else f"set {variable} to this node's cluster address")
         if owner is None:
-            out.append(Finding("framework-host-ip", "error",
+            out.append(Finding.of("framework-host-ip",
                                f"{variable}={ip} is not an address of this node", evidence, fix))
         elif (reason := facts.avoid.get(owner.name)) is not None:
-            out.append(Finding("framework-host-ip", "error",
+            out.append(Finding.of("framework-host-ip",
                                f"{variable}={ip} is on {owner.name}, {reason}", evidence, fix))
         elif cluster is not None and owner.name != cluster.name:
-            out.append(Finding(
-                "framework-host-ip", "warning",
+            out.append(Finding.of(
+                "framework-host-ip",
                 f"{variable}={ip} is on {owner.name}, not the cluster interface {cluster.name}",
                 evidence, fix,
+                severity="warning",
             ))
     return out
 

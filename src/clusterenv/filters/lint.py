@@ -22,7 +22,7 @@ from clusterenv.filters.language import (
     render_exact,
     split_modifiers,
 )
-from clusterenv.findings import Finding, Severity
+from clusterenv.findings import Finding, Severity, codes_of
 
 __all__ = [
     "ALL_CODES",
@@ -178,28 +178,9 @@ fallback. Manually set the network interface with GLOO_SOCKET_IFNAME`` then ``Gl
 connectFullMesh failed … 127.0.0.1``.
 """
 
-ALL_CODES: tuple[str, ...] = (
-    FILTER_IGNORED_SHORT,
-    FILTER_EMPTY_LIST,
-    FILTER_MODIFIER_REPEATED,
-    FILTER_MODIFIER_ORDER,
-    FILTER_IP_ADDRESS,
-    FILTER_PORT_ON_SOCKET,
-    FILTER_BAD_PORT,
-    FILTER_TOO_MANY_TOKENS,
-    FILTER_WHITESPACE,
-    FILTER_MATCHES_NOTHING,
-    FILTER_TOKEN_UNMATCHED,
-    FILTER_PREFIX_COLLISION,
-    FILTER_PREFIX_MULTIPLE,
-    FILTER_LEAVES_AVOIDED,
-    FILTER_SELECTS_AVOIDED,
-    IFNAME_NCCL_SYNTAX,
-    IFNAME_IP_ADDRESS,
-    IFNAME_NO_SUCH_INTERFACE,
-    IFNAME_MULTIPLE,
-    IFNAME_IGNORED_SHORT,
-)
+#: Every code :func:`lint_filter` and :func:`lint_exact_names` return: the ``"filters"`` codes of
+#: :data:`clusterenv.findings.CODES`.
+ALL_CODES: tuple[str, ...] = codes_of("filters")
 """Every finding code this module emits, e.g. ``"filter-prefix-collision"``."""
 
 # ---------------------------------------------------------------------------------------------
@@ -265,11 +246,13 @@ class _Linter:
         self.findings: list[Finding] = []
 
     def add(
-        self, code: str, severity: Severity, title: str, evidence: Iterable[str], fix: str
+        self, code: str, title: str, evidence: Iterable[str], fix: str,
+        *, severity: Severity | None = None,
     ) -> None:
-        """Record a finding whose evidence starts with the value itself."""
+        """Record a finding whose evidence starts with the value itself (severity: the code's
+        default unless given)."""
         facts = (self.shown, *evidence)
-        self.findings.append(Finding(code, severity, title, facts, fix))
+        self.findings.append(Finding.of(code, title, facts, fix, severity=severity))
 
     def fix(self, otherwise: str) -> str:
         """The fix text: the suggested value when the caller gave one."""
@@ -315,7 +298,7 @@ def lint_filter(
     if socket and len(text) == 1:
         chosen = nccl_default_interfaces(names)
         lint.add(
-            FILTER_IGNORED_SHORT, "warning",
+            FILTER_IGNORED_SHORT,
             f"{lint.shown} is ignored: NCCL uses {variable} only when it is longer than one "
             "character, and picks interfaces itself",
             [f"NCCL's default choice here: {_summary(chosen)}"] if names else [],
@@ -332,10 +315,11 @@ def lint_filter(
         if socket and not parsed.exclude:
             outcome += ", loopback included, in kernel order"
         lint.add(
-            FILTER_EMPTY_LIST, "error" if parsed.exclude else "warning",
+            FILTER_EMPTY_LIST,
             f"{lint.shown} lists no names: it selects {outcome}",
             [have] if names else [],
             lint.fix(f"list names after the modifiers, e.g. {variable}=^=docker0,lo"),
+            severity="error" if parsed.exclude else "warning",
         )
         return lint.findings
     if names or ports:
@@ -355,7 +339,7 @@ def _lint_syntax(
     if marked and marked[0] == 0 and parsed.exact and not parsed.exclude and body[:1] == "^":
         wanted = "^=" + ",".join([pieces[0].lstrip("^="), *pieces[1:]])
         lint.add(
-            FILTER_MODIFIER_ORDER, "error",
+            FILTER_MODIFIER_ORDER,
             f"{lint.shown}: '=' before '^' is not an exclusion; NCCL reads {pieces[0]!r} as a "
             "literal name, which matches nothing",
             ["NCCL reads an optional '^' and then an optional '=', in that order"],
@@ -371,7 +355,7 @@ def _lint_syntax(
         wanted = ("^" if exclude else "") + ("=" if exact else "") + ",".join(kept)
         shown = ", ".join(repr(pieces[i]) for i in marked)
         lint.add(
-            FILTER_MODIFIER_REPEATED, "error",
+            FILTER_MODIFIER_REPEATED,
             f"{lint.shown}: '^'/'=' allowed only at list start; token {shown} is taken "
             "literally and matches nothing",
             ["'^' and '=' apply once, to the whole list"],
@@ -388,7 +372,7 @@ def _lint_syntax(
             takes = "interface names" if socket else "RDMA device names"
             hint = f" (did you mean {name}?)" if name else ""
             lint.add(
-                FILTER_IP_ADDRESS, "error",
+                FILTER_IP_ADDRESS,
                 f"{lint.shown}: value looks like an IP address; {parsed.variable} takes "
                 f"{takes}{hint}",
                 [f"{ip} is held by {name}"] if name else [],
@@ -399,7 +383,7 @@ def _lint_syntax(
         elif piece != "".join(piece.split()):
             broken.add(piece)
             lint.add(
-                FILTER_WHITESPACE, "warning",
+                FILTER_WHITESPACE,
                 f"{lint.shown}: token {piece!r} contains whitespace; NCCL does not trim it, so "
                 "it matches nothing",
                 [],
@@ -413,7 +397,7 @@ def _lint_syntax(
         )
         shown = ", ".join(f"{t.raw!r} acts as the prefix {t.name!r}" for t in suffixed)
         lint.add(
-            FILTER_PORT_ON_SOCKET, "warning",
+            FILTER_PORT_ON_SOCKET,
             f"{lint.shown}: port suffix is meaningless for sockets; {shown}",
             ["NCCL_SOCKET_IFNAME tokens are interface names or prefixes; ':' starts fields "
              "that only NCCL_IB_HCA uses"],
@@ -423,7 +407,7 @@ def _lint_syntax(
         if token.port is not None and token.port <= 0:
             broken.add(token.raw)
             lint.add(
-                FILTER_BAD_PORT, "warning",
+                FILTER_BAD_PORT,
                 f"{lint.shown}: port field {token.fields[0]!r} of {token.raw!r} is not a port "
                 f"number; NCCL reads port {token.port}, which matches no port",
                 ["RDMA ports are numbered from 1"],
@@ -433,7 +417,7 @@ def _lint_syntax(
     written = [p for p in pieces if p.partition(":")[0]]
     if len(written) > limit:
         lint.add(
-            FILTER_TOO_MANY_TOKENS, "warning",
+            FILTER_TOO_MANY_TOKENS,
             f"{lint.shown}: {len(written)} tokens, but NCCL reads only the first {limit}",
             [f"ignored: {', '.join(written[limit:])}"],
             "use a shorter list (prefixes, or an exclusion list)",
@@ -471,7 +455,7 @@ def _lint_matching(
         if parsed.exclude:
             what = f"excludes every {kind}" + ("" if socket else "; NCCL will fall back to TCP")
         lint.add(
-            FILTER_MATCHES_NOTHING, "error", f"{lint.shown} {what}", [have, then],
+            FILTER_MATCHES_NOTHING, f"{lint.shown} {what}", [have, then],
             lint.fix(f"set {parsed.variable} to names that exist on this host"),
         )
         return
@@ -488,7 +472,7 @@ def _lint_matching(
             others = [n for n in hits if n != token.name]
             verb = "excludes" if parsed.exclude else "matches"
             lint.add(
-                FILTER_PREFIX_COLLISION, "warning",
+                FILTER_PREFIX_COLLISION,
                 f"{lint.shown}: prefix {token.name!r} also {verb} {', '.join(others)}; use "
                 f"'{marker}={token.name}'",
                 [have, "NCCL matches tokens as prefixes unless the list starts with '='"],
@@ -496,14 +480,14 @@ def _lint_matching(
             )
         elif not hits and not parsed.exclude:
             lint.add(
-                FILTER_TOKEN_UNMATCHED, "warning",
+                FILTER_TOKEN_UNMATCHED,
                 f"{lint.shown}: token {token.raw!r} matches no {kind} here",
                 [have],
                 "fix the name, or drop it if it belongs to other machines",
             )
         elif socket and len(hits) > 1 and token.name not in hits and not parsed.exclude:
             lint.add(
-                FILTER_PREFIX_MULTIPLE, "warning",
+                FILTER_PREFIX_MULTIPLE,
                 f"{lint.shown}: prefix {token.name!r} matches {len(hits)} interfaces "
                 f"({_summary(hits)}); NCCL bootstraps on the first one it enumerates",
                 [have, f"bootstrap would use {selected[0]}"],
@@ -513,17 +497,15 @@ def _lint_matching(
     bad = [(n, avoid[n]) for n in selected if n in avoid]
     if bad:
         listed = ", ".join(f"{n} ({why})" for n, why in bad)
-        severity: Severity
         if parsed.exclude:
-            code, severity = FILTER_LEAVES_AVOIDED, "warning"
+            code = FILTER_LEAVES_AVOIDED
             title = f"{lint.shown}: exclusion list leaves {listed} eligible"
         else:
-            code, severity = FILTER_SELECTS_AVOIDED, "error"
+            code = FILTER_SELECTS_AVOIDED
             title = f"{lint.shown} selects {listed}"
         instead = (f"name the {kind}s to use with '=' instead of excluding others"
                    if parsed.exclude else f"leave {', '.join(n for n, _ in bad)} out of the list")
-        lint.add(code, severity, title, [f"selected: {_summary(selected)}", have],
-                 lint.fix(instead))
+        lint.add(code, title, [f"selected: {_summary(selected)}", have], lint.fix(instead))
 
 
 def _exact_fix(parsed: NcclFilter, known: Sequence[str], token: FilterToken) -> str:
@@ -580,7 +562,7 @@ def lint_exact_names(
     example = f"one of: {_summary(names)}" if names else "e.g. ens1"
     if not single and len(value) <= 1:
         lint.add(
-            IFNAME_IGNORED_SHORT, "warning",
+            IFNAME_IGNORED_SHORT,
             f"{lint.shown} is ignored: {program} uses it only when it is longer than one "
             "character, and otherwise binds to the address of the hostname (often loopback)",
             [], lint.fix(f"write the interface name in full, {example}"),
@@ -588,7 +570,7 @@ def lint_exact_names(
         return lint.findings
     if value[:1] in ("^", "=") or any(p[:1] in ("^", "=") for p in value.split(",")):
         lint.add(
-            IFNAME_NCCL_SYNTAX, "error",
+            IFNAME_NCCL_SYNTAX,
             f"{lint.shown}: {program} does not support NCCL filter syntax ('^', '=', prefixes); "
             "it needs exact interface names",
             [f"{program} reports: Unable to find address for: {_split_getline(value)[0]}"],
@@ -597,7 +579,7 @@ def lint_exact_names(
         return lint.findings
     if single and "," in value:
         lint.add(
-            IFNAME_MULTIPLE, "error",
+            IFNAME_MULTIPLE,
             f"{lint.shown}: {variable} takes exactly one interface name",
             [f"{program} looks up an interface literally named {value!r}"],
             lint.fix(f"keep one name, {example}"),
@@ -609,7 +591,7 @@ def lint_exact_names(
         if ip is not None:
             name = _owner_of(ip, owner)
             lint.add(
-                IFNAME_IP_ADDRESS, "error",
+                IFNAME_IP_ADDRESS,
                 f"{lint.shown}: {piece!r} is an IP address; {variable} takes interface names"
                 + (f" (did you mean {name}?)" if name else ""),
                 [f"{ip} is held by {name}"] if name else [],
@@ -621,7 +603,7 @@ def lint_exact_names(
                       "match prefixes"] if prefixed else []
             what = f"no interface named {piece!r}" if piece else "an empty interface name"
             lint.add(
-                IFNAME_NO_SUCH_INTERFACE, "error",
+                IFNAME_NO_SUCH_INTERFACE,
                 f"{lint.shown}: {what} ({program} needs exact names)",
                 [*detail, have],
                 lint.fix(f"name an existing interface, {example}"),
@@ -632,7 +614,7 @@ def lint_exact_names(
     if bad:
         listed = ", ".join(f"{n} ({why})" for n, why in bad)
         lint.add(
-            FILTER_SELECTS_AVOIDED, "error", f"{lint.shown} selects {listed}", [have],
+            FILTER_SELECTS_AVOIDED, f"{lint.shown} selects {listed}", [have],
             lint.fix(f"name the cluster interface instead, {example}"),
         )
     return lint.findings

@@ -127,8 +127,8 @@ def select_hcas(facts: Facts) -> HcaSelection:
                         if cluster is not None and p.netdev == cluster.name), "")
         if not top:
             listed = ", ".join(f"{port_label(d, p)} {p.link_layer}" for d, p in candidates)
-            problem = Finding(
-                "ib-hca-mixed-fabric", "warning",
+            problem = Finding.of(
+                "ib-hca-mixed-fabric",
                 "usable RDMA ports are half InfiniBand, half RoCE, and nothing tells which is "
                 "the cluster fabric: NCCL_IB_HCA is left unset",
                 (listed,),
@@ -169,12 +169,13 @@ def _gid_plan(
     distinct = set(indexes.values())
     shown = ", ".join(f"{k} -> {v}" for k, v in indexes.items())
     if len(distinct) != 1 or None in distinct:
-        finding = Finding(
-            "ib-gid-index-disagree", "warning" if older else "info",
+        finding = Finding.of(
+            "ib-gid-index-disagree",
             "the RoCE ports do not share one IPv4 RoCE v2 GID index, so no single "
             "NCCL_IB_GID_INDEX fits them all: left unset",
             (f"GID index per port: {shown}", f"NCCL version: {version_text(facts)}"),
             "use NCCL 2.21 or later, which chooses the GID per port (or NCCL_IB_ADDR_RANGE)",
+            severity="warning" if older else "info",
         )
         return [], [finding], [f"NCCL_IB_GID_INDEX left unset: ports disagree ({shown})"]
     index = distinct.pop()
@@ -187,8 +188,8 @@ def _gid_plan(
     if older is False:
         return [], [], [f"NCCL_IB_GID_INDEX left unset: NCCL {version_text(facts)} chooses "
                         f"index {index} itself"]
-    finding = Finding(
-        "ib-gid-index-info", "info",
+    finding = Finding.of(
+        "ib-gid-index-info",
         f"NCCL version unknown: NCCL_IB_GID_INDEX left unset; the RoCE v2 IPv4 GID is at index "
         f"{index} on every listed port",
         (f"GID index per port: {shown}",),
@@ -210,8 +211,8 @@ def rdma_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]:
         return [], findings, ["NCCL_IB_HCA left unset: no usable RDMA port on the cluster fabric"]
     if selection.excluded:
         listed = ", ".join(f"{name} ({why})" for name, why in selection.excluded)
-        findings.append(Finding(
-            "ib-hca-excluded", "info",
+        findings.append(Finding.of(
+            "ib-hca-excluded",
             f"left out of NCCL_IB_HCA: {listed}",
             tuple(f"{name}: {why}" for name, why in selection.excluded),
             "",
@@ -253,8 +254,8 @@ def _gid_value(facts: Facts, value: str, origin: str) -> list[Finding]:
     shown = f"NCCL_IB_GID_INDEX={value!r}"
     text = value.strip()
     if not text.lstrip("-").isdigit() or len(text) > 4:
-        return [Finding(
-            "ib-gid-index-invalid", "error", f"{shown} is not a GID index",
+        return [Finding.of(
+            "ib-gid-index-invalid", f"{shown} is not a GID index",
             (shown, f"from {origin}"), "unset NCCL_IB_GID_INDEX (NCCL 2.21+ chooses it) or "
             "set the index of the RoCE v2 IPv4 GID (see `show_gids`)",
         )]
@@ -279,16 +280,16 @@ def _gid_value(facts: Facts, value: str, origin: str) -> list[Finding]:
     fix = (f"export NCCL_IB_GID_INDEX={auto[0]} (or unset it with NCCL 2.21+)" if len(auto) == 1
            else "unset NCCL_IB_GID_INDEX and use NCCL 2.21 or later")
     if bad:
-        return [Finding(
-            "ib-gid-index-wrong", "error",
+        return [Finding.of(
+            "ib-gid-index-wrong",
             f"{shown} does not point at a routable RoCE v2 GID: " + "; ".join(bad[:3])
             + ("; ..." if len(bad) > 3 else ""),
             (shown, *bad, "NCCL reports: Got completion with error 12 / ibv_modify_qp failed"),
             fix,
         )]
     if known_before(facts.nccl_versions, GID_AUTO_SINCE) is False:
-        return [Finding(
-            "ib-gid-index-unneeded", "info",
+        return [Finding.of(
+            "ib-gid-index-unneeded",
             f"{shown} is set, but NCCL {version_text(facts)} chooses the GID itself (NCCL's "
             "docs: with 2.21 and later it should not be set)",
             (shown, f"NCCL would choose: {', '.join(auto) or 'none'}"),
@@ -308,8 +309,8 @@ def _ib_disabled(facts: Facts, value: str, origin: str) -> list[Finding]:
     if plugin is not None:
         evidence.append(f"NCCL_NET_PLUGIN={plugin[0]!r}: a net plugin may ignore "
                         "NCCL_IB_DISABLE; NCCL_NET=Socket forces sockets")
-    return [Finding(
-        "ib-disabled", "warning",
+    return [Finding.of(
+        "ib-disabled",
         f"NCCL_IB_DISABLE={value!r} while RDMA is usable here: NCCL runs over TCP at a "
         "fraction of the bandwidth",
         tuple(evidence),

@@ -63,8 +63,8 @@ def socket_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]
     interface, why = facts.cluster_choice
     unset = "NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and TP_SOCKET_IFNAME"
     if interface is None:
-        finding = Finding(
-            "cluster-interface-unknown", "warning",
+        finding = Finding.of(
+            "cluster-interface-unknown",
             f"no interface here carries the cluster network: {unset} are left unset",
             (why,),
             "export NODE_ADDR=<this node's cluster IP>, or set NCCL_SOCKET_IFNAME and "
@@ -73,8 +73,8 @@ def socket_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]
         return [], [finding], [f"{unset} left unset: no cluster interface ({why})"]
     management = facts.management_reason(interface)
     if management is not None:
-        finding = Finding(
-            "cluster-interface-management", "error",
+        finding = Finding.of(
+            "cluster-interface-management",
             f"the cluster address is on {facts.describe(interface.name)}, {management}: "
             f"{unset} are left unset",
             (why, "Runpod: eth0 and 172.x addresses are for internet traffic only and time "
@@ -114,8 +114,8 @@ def socket_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]
 
 
 def _not_cluster(facts: Facts, variable: str, value: str, used: str, cluster: str) -> Finding:
-    return Finding(
-        "ifname-not-cluster", "warning",
+    return Finding.of(
+        "ifname-not-cluster",
         f"{variable}={value!r} uses {facts.describe(used)}, not the cluster interface "
         f"{facts.describe(cluster)}",
         (f"{variable}={value!r}", f"cluster interface: {facts.cluster_choice[1]}"),

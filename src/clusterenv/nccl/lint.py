@@ -69,8 +69,8 @@ def _deprecated(facts: Facts) -> list[tuple[str, Finding]]:
         else:
             fix = f"unset {old}"
             evidence.append(f"{new}={current!r} is what PyTorch uses")
-        out.append((old, Finding(
-            "env-deprecated", "warning",
+        out.append((old, Finding.of(
+            "env-deprecated",
             f"{old}={value!r} is deprecated: PyTorch 2.2 and later read {new}",
             tuple(evidence), fix,
         )))
@@ -83,8 +83,8 @@ def _timeouts(facts: Facts) -> list[tuple[str, Finding]]:
         value = facts.environ.get(name)
         if value is None:
             continue
-        out.append((name, Finding(
-            "env-no-such-timeout", "warning",
+        out.append((name, Finding.of(
+            "env-no-such-timeout",
             f"{name}={value!r} is read by neither NCCL nor PyTorch: it changes no timeout",
             (f"{name}={value!r}",
              "the collective timeout is init_process_group(timeout=...), default 10 minutes"),
@@ -98,8 +98,8 @@ def _hang_switches(facts: Facts) -> list[tuple[str, Finding]]:
     out = []
     monitoring = facts.environ.get("TORCH_NCCL_ENABLE_MONITORING")
     if monitoring is not None and not _on(monitoring):
-        out.append(("TORCH_NCCL_ENABLE_MONITORING", Finding(
-            "hang-detection-disabled", "info",
+        out.append(("TORCH_NCCL_ENABLE_MONITORING", Finding.of(
+            "hang-detection-disabled",
             f"TORCH_NCCL_ENABLE_MONITORING={monitoring!r}: PyTorch's heartbeat monitor is off, "
             "so a stuck rank is never killed or dumped",
             (f"TORCH_NCCL_ENABLE_MONITORING={monitoring!r}",),
@@ -109,8 +109,8 @@ def _hang_switches(facts: Facts) -> list[tuple[str, Finding]]:
     found = facts.user_value("NCCL_IGNORE_NET_MISMATCH")
     if found is not None and _on(found[0]):
         value, origin = found
-        out.append(("NCCL_IGNORE_NET_MISMATCH", Finding(
-            "ignore-net-mismatch", "warning",
+        out.append(("NCCL_IGNORE_NET_MISMATCH", Finding.of(
+            "ignore-net-mismatch",
             f"NCCL_IGNORE_NET_MISMATCH={value!r} turns a network mismatch between nodes (IB on "
             "one, sockets on another) into a silent hang",
             (f"NCCL_IGNORE_NET_MISMATCH={value!r} (from {origin})",),
@@ -129,8 +129,8 @@ def _debug_knobs(facts: Facts) -> list[tuple[str, Finding]]:
         value, origin = found
         if not _HARMFUL[name](value):
             continue
-        out.append((name, Finding(
-            "nccl-debug-knob", "warning",
+        out.append((name, Finding.of(
+            "nccl-debug-knob",
             f"{name}={value!r} is a debugging knob left set: it {effect}, which slows or "
             "hangs jobs",
             (f"{name}={value!r} (from {origin})",
@@ -141,8 +141,8 @@ def _debug_knobs(facts: Facts) -> list[tuple[str, Finding]]:
     net = facts.user_value("NCCL_NET")
     hca = facts.user_value("NCCL_IB_HCA")
     if net is not None and net[0].strip().lower() == "socket" and hca is not None:
-        out.append(("NCCL_NET", Finding(
-            "nccl-net-contradiction", "warning",
+        out.append(("NCCL_NET", Finding.of(
+            "nccl-net-contradiction",
             f"NCCL_NET={net[0]!r} forces TCP sockets, yet NCCL_IB_HCA={hca[0]!r} selects RDMA "
             "devices: the settings contradict each other",
             (f"NCCL_NET={net[0]!r} (from {net[1]})", f"NCCL_IB_HCA={hca[0]!r} (from {hca[1]})"),

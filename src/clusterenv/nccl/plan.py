@@ -182,8 +182,8 @@ def plan_from_facts(facts: Facts, *, debug: bool = False, override: bool = False
     notes: list[str] = []
     if facts.config is None:
         problems = facts.check.problems if facts.check is not None else ()
-        findings.append(Finding(
-            "plan-config-invalid", "warning",
+        findings.append(Finding.of(
+            "plan-config-invalid",
             "the cluster environment is invalid: nothing is planned for NCCL, Gloo and "
             "TensorPipe",
             tuple(str(p) for p in problems[:5]),

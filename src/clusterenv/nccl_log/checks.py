@@ -10,7 +10,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 
-from clusterenv.findings import Finding, Severity, sort_findings
+from clusterenv.findings import Finding, Severity, codes_of, sort_findings
 from clusterenv.nccl_log.model import INTERNAL_NETWORKS, LogMessage, NcclLog, RankInfo, parse_ip
 
 __all__ = [
@@ -75,26 +75,9 @@ CODE_NCCL_ERROR = "log-nccl-error"
 CODE_NCCL_WARNING = "log-nccl-warning"
 """``NCCL WARN`` lines that no other check explains."""
 
-#: Every finding code :func:`nccl_log_findings` can return.
-CODES: tuple[str, ...] = (
-    CODE_SOCKET_FALLBACK,
-    CODE_IB_DISABLED,
-    CODE_BOOTSTRAP_MANAGEMENT,
-    CODE_MIXED_TRANSPORT,
-    CODE_MIXED_INTERFACE,
-    CODE_MIXED_VERSION,
-    CODE_MIXED_ENV,
-    CODE_GDR_DISABLED,
-    CODE_IBVERBS_FAILURE,
-    CODE_PLUGIN_FAILED,
-    CODE_CONNECT_TIMEOUT,
-    CODE_IB_QP_FAILURE,
-    CODE_IB_MEMLOCK,
-    CODE_SHM_EXHAUSTED,
-    CODE_NO_INTERFACE,
-    CODE_NCCL_ERROR,
-    CODE_NCCL_WARNING,
-)
+#: Every finding code :func:`nccl_log_findings` can return: the ``"nccl-log"`` codes of
+#: :data:`clusterenv.findings.CODES`.
+CODES: tuple[str, ...] = codes_of("nccl-log")
 
 _TUNNELS = ("ip6tnl", "ip6gre", "gretap", "gre", "sit", "tun", "tap", "tunl", "ipip", "vti")
 _DOCKER_LIKE = ipaddress.ip_network("172.16.0.0/12")
@@ -252,8 +235,8 @@ def _transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
         setting = f"{knob}={log.env[knob]}"
         evidence.append(f"{setting} set by environment")
         if not reasons:
-            return [Finding(
-                CODE_IB_DISABLED, "info",
+            return [Finding.of(
+                CODE_IB_DISABLED,
                 f"NCCL used TCP sockets because {setting} disables RDMA",
                 tuple(evidence),
                 f"if these nodes have InfiniBand/RoCE NICs, unset {knob}: it is "
@@ -269,8 +252,8 @@ def _transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
     )
     if knob is not None:
         fix = f"unset {knob} (it keeps NCCL off RDMA), then " + fix
-    return [Finding(
-        CODE_SOCKET_FALLBACK, "error",
+    return [Finding.of(
+        CODE_SOCKET_FALLBACK,
         f"NCCL fell back to TCP sockets on {len(socket_ranks)} process(es) although RDMA was "
         "expected: inter-node bandwidth is a fraction of what the fabric gives",
         tuple(evidence), fix,
@@ -332,7 +315,7 @@ def _interface_finding(
     else:
         evidence.append("NCCL_SOCKET_IFNAME not reported as set: NCCL picked the interface")
         fix = _IFNAME_FIX
-    return Finding(CODE_BOOTSTRAP_MANAGEMENT, severity, title, tuple(evidence), fix)
+    return Finding.of(CODE_BOOTSTRAP_MANAGEMENT, title, tuple(evidence), fix, severity=severity)
 
 
 def _by_value(ranks: Iterable[RankInfo], attribute: str) -> dict[str, list[RankInfo]]:
@@ -348,8 +331,8 @@ def _mixed_checks(log: NcclLog) -> list[Finding]:
     findings = []
     transports = _by_value(log.ranks, "transport")
     if len(transports) > 1:
-        findings.append(Finding(
-            CODE_MIXED_TRANSPORT, "error",
+        findings.append(Finding.of(
+            CODE_MIXED_TRANSPORT,
             f"ranks chose different networks ({', '.join(transports)}): ncclCommInitRank hangs "
             "or fails when peers disagree",
             tuple(f"{name}: {_labels(ranks)}" for name, ranks in transports.items()),
@@ -359,16 +342,16 @@ def _mixed_checks(log: NcclLog) -> list[Finding]:
         ))
     interfaces = _by_value(log.ranks, "bootstrap_interface")
     if len(interfaces) > 1:
-        findings.append(Finding(
-            CODE_MIXED_INTERFACE, "warning",
+        findings.append(Finding.of(
+            CODE_MIXED_INTERFACE,
             f"ranks bootstrapped on different interfaces ({', '.join(interfaces)})",
             tuple(f"{name}: {_labels(ranks)}" for name, ranks in interfaces.items()),
             "unless the nodes really name their cluster interface differently, " + _IFNAME_FIX,
         ))
     if len(log.versions) > 1:
         versions = _by_value(log.ranks, "version")
-        findings.append(Finding(
-            CODE_MIXED_VERSION, "error",
+        findings.append(Finding.of(
+            CODE_MIXED_VERSION,
             f"ranks run different NCCL versions ({', '.join(log.versions)})",
             tuple(f"{name}: {_labels(ranks)}" for name, ranks in versions.items())
             or tuple(log.versions),
@@ -384,8 +367,8 @@ def _mixed_checks(log: NcclLog) -> list[Finding]:
         if len(values) > 1:
             differing += [f"{name}={value!r}: {_labels(ranks)}" for value, ranks in values.items()]
     if differing:
-        findings.append(Finding(
-            CODE_MIXED_ENV, "warning",
+        findings.append(Finding.of(
+            CODE_MIXED_ENV,
             "ranks report different values for the same NCCL setting",
             tuple(differing[:_MAX_EVIDENCE * 2]),
             "export the same NCCL_* settings on every node (launchers forward only some "
@@ -434,7 +417,7 @@ def _gdr_checks(log: NcclLog) -> list[Finding]:
     level = log.env.get("NCCL_NET_GDR_LEVEL")
     if level:
         evidence.append(f"NCCL_NET_GDR_LEVEL set by environment to {level}")
-    return [Finding(CODE_GDR_DISABLED, "warning", title, tuple(evidence), fix)]
+    return [Finding.of(CODE_GDR_DISABLED, title, tuple(evidence), fix)]
 
 
 def _plugin_checks(log: NcclLog) -> list[Finding]:
@@ -450,8 +433,8 @@ def _plugin_checks(log: NcclLog) -> list[Finding]:
         evidence = [f"plugin {plugin.name}" + (f" ({described})" if described else "")]
         evidence += [f"then used network {', '.join(fallbacks)}: {_labels(users)}"]
         evidence += list(plugin.evidence[:_MAX_EVIDENCE])
-        findings.append(Finding(
-            CODE_PLUGIN_FAILED, "warning",
+        findings.append(Finding.of(
+            CODE_PLUGIN_FAILED,
             f"network plugin {plugin.name} was tried and failed; NCCL fell back to its internal "
             f"{'/'.join(fallbacks)} transport",
             tuple(evidence),
@@ -468,8 +451,8 @@ def _message_checks(log: NcclLog) -> list[Finding]:
     ibverbs = log.messages("ibverbs")
     if ibverbs:
         if _unopenable(log):
-            findings.append(Finding(
-                CODE_IBVERBS_FAILURE, "error",
+            findings.append(Finding.of(
+                CODE_IBVERBS_FAILURE,
                 "NCCL saw RDMA devices but could not open them (Call to ibv_open_device failed)",
                 tuple(_quote(ibverbs)),
                 "give the process the RDMA device nodes: run the container with "
@@ -477,12 +460,13 @@ def _message_checks(log: NcclLog) -> list[Finding]:
                 "that /dev/infiniband/uverbs* exist and are read-write for this user",
             ))
         else:
-            findings.append(Finding(
-                CODE_IBVERBS_FAILURE, "warning",
+            findings.append(Finding.of(
+                CODE_IBVERBS_FAILURE,
                 "NCCL could not load libibverbs, so it never tried RDMA",
                 tuple(_quote(ibverbs)),
                 "if the nodes have InfiniBand/RoCE NICs, install rdma-core (libibverbs1 and "
                 "ibverbs-providers) in the image; on hosts without RDMA this is expected",
+                severity="warning",
             ))
     connects = log.messages("connect")
     if connects:
@@ -497,11 +481,12 @@ def _message_checks(log: NcclLog) -> list[Finding]:
             "addresses (not only MASTER_PORT), and make sure every node is up and on the same "
             "network"
         )
-        findings.append(Finding(
-            CODE_CONNECT_TIMEOUT, "error" if failed else "warning",
+        findings.append(Finding.of(
+            CODE_CONNECT_TIMEOUT,
             "socket connections between ranks failed" if failed
             else "socket connections between ranks were retried",
             tuple(evidence), fix,
+            severity="error" if failed else "warning",
         ))
     qp = log.messages("ib-qp")
     if qp:
@@ -509,8 +494,8 @@ def _message_checks(log: NcclLog) -> list[Finding]:
         gid = log.env.get("NCCL_IB_GID_INDEX")
         if gid:
             evidence.append(f"NCCL_IB_GID_INDEX set by environment to {gid}")
-        findings.append(Finding(
-            CODE_IB_QP_FAILURE, "error",
+        findings.append(Finding.of(
+            CODE_IB_QP_FAILURE,
             "RDMA connections between ranks failed (queue pair setup or completion errors)",
             tuple(evidence),
             "on RoCE this is usually the GID index: with NCCL 2.21 or newer unset "
@@ -539,13 +524,13 @@ def _message_checks(log: NcclLog) -> list[Finding]:
             if kind == "no-interface" and "NCCL_SOCKET_IFNAME" in log.env:
                 evidence.append(f"NCCL_SOCKET_IFNAME set by environment to "
                                 f"{log.env['NCCL_SOCKET_IFNAME']}")
-            findings.append(Finding(code, "error", title, tuple(evidence), fix))
+            findings.append(Finding.of(code, title, tuple(evidence), fix))
     fatal = [m for m in log.errors if m.kind == "nccl-error" or (
         m.source is not None and m.source.rsplit(":", 1)[0] in _FATAL_SOURCES
         and " -> 7 " not in m.text)]
     if fatal:
-        findings.append(Finding(
-            CODE_NCCL_ERROR, "error",
+        findings.append(Finding.of(
+            CODE_NCCL_ERROR,
             "an NCCL call failed",
             tuple(_quote(fatal)),
             "the first WARN line before the error usually names the cause; rerun with "
@@ -555,8 +540,8 @@ def _message_checks(log: NcclLog) -> list[Finding]:
     others = [m for m in log.warnings
               if m.kind == "other" or (m.kind == "plugin" and not reported_plugin)]
     if others:
-        findings.append(Finding(
-            CODE_NCCL_WARNING, "warning",
+        findings.append(Finding.of(
+            CODE_NCCL_WARNING,
             f"NCCL printed {len(others)} warning(s) that no other check explains",
             tuple(_quote(others)),
             "read them in order; the first is usually the cause of the rest",

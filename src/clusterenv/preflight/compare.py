@@ -91,8 +91,8 @@ def _differ(
     *,
     what: str,
     code: str,
-    severity: Severity,
     fix: str,
+    severity: Severity | None = None,
     show: Callable[[K], str] = _show,
     more: Callable[[Groups[K]], list[str]] | None = None,
 ) -> Problem | None:
@@ -120,21 +120,21 @@ def _differ(
     ]
     if more is not None:
         evidence += more(groups)[:_MAX_EVIDENCE]
-    return Problem(code, severity, title, tuple(odd), tuple(evidence), fix)
+    return Problem.of(code, title, tuple(odd), tuple(evidence), fix, severity=severity)
 
 
 def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> list[Problem]:
     out = []
     unknown = [e.ref for e in entries if e.fp.rank is None]
     if unknown:
-        out.append(Problem(
-            "preflight-rank-unknown", "error", f"{_names(unknown)} sent no valid NODE_RANK",
+        out.append(Problem.of(
+            "preflight-rank-unknown", f"{_names(unknown)} sent no valid NODE_RANK",
             tuple(unknown), (), "export NODE_RANK (0 on the primary, 1..NUM_NODES-1 elsewhere)",
         ))
     outside = [e.ref for e in entries if e.fp.rank is not None and not 0 <= e.fp.rank < expected]
     if outside:
-        out.append(Problem(
-            "preflight-rank-out-of-range", "error",
+        out.append(Problem.of(
+            "preflight-rank-out-of-range",
             f"NODE_RANK outside [0, NUM_NODES={expected}) on {_names(outside)}",
             tuple(outside), (), f"give each node a distinct NODE_RANK from 0 to {expected - 1}",
         ))
@@ -144,8 +144,8 @@ def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> l
             by_rank.setdefault(e.fp.rank, []).append(e.ref)
     for rank, refs in sorted(by_rank.items()):
         if len(refs) > 1:
-            out.append(Problem(
-                "preflight-rank-duplicate", "error",
+            out.append(Problem.of(
+                "preflight-rank-duplicate",
                 f"NODE_RANK={rank} is used by {len(refs)} nodes: {_names(refs)}",
                 tuple(refs), tuple(f"{r}: hostname {r.hostname or '?'}" for r in refs[:8]),
                 "give each node a distinct NODE_RANK: two nodes with one rank hang the "
@@ -153,8 +153,8 @@ def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> l
             ))
     missing = [r for r in range(expected) if r not in by_rank]
     if missing:
-        out.append(Problem(
-            "preflight-rank-missing", "error",
+        out.append(Problem.of(
+            "preflight-rank-missing",
             f"{len(missing)} of {expected} nodes did not report within {waited:.1f} s: "
             f"{ranks_text(missing)}",
             tuple(NodeRef(r) for r in missing[:64]),
@@ -173,7 +173,7 @@ def _contract_problems(entries: Sequence[_Entry]) -> list[Problem]:
         ("PRIMARY_PORT", lambda fp: fp.primary_port),
     )
     found = [
-        _differ(entries, key, what=variable, code="preflight-contract-differs", severity="error",
+        _differ(entries, key, what=variable, code="preflight-contract-differs",
                 fix=f"every node must see the same {variable}; fix the launcher or that node's "
                 "environment")
         for variable, key in checks
@@ -199,8 +199,8 @@ def _env_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 def _network_problems(entries: Sequence[_Entry]) -> list[Problem]:
     out = [
-        Problem(
-            "preflight-no-cluster-interface", "error", f"{e.ref} has no cluster interface",
+        Problem.of(
+            "preflight-no-cluster-interface", f"{e.ref} has no cluster interface",
             (e.ref,), (e.fp.interface_reason,) if e.fp.interface_reason else (),
             "give the node an address on the cluster network (NODE_ADDR) and run "
             "`clusterenv doctor` there",
@@ -211,13 +211,13 @@ def _network_problems(entries: Sequence[_Entry]) -> list[Problem]:
     have = [e for e in entries if e.fp.interface is not None]
     mtu = _differ(
         have, lambda fp: fp.mtu, what="MTU of the cluster interface",
-        code="preflight-mtu-differs", severity="error",
+        code="preflight-mtu-differs",
         fix="set the same MTU on the cluster interface of every node (e.g. `ip link set dev ens1 "
         "mtu 9000`, and on the switch); a mismatch hangs NCCL or fails with IBV_WC_LOC_LEN_ERR",
     )
     name = _differ(
         have, lambda fp: fp.interface, what="cluster interface name",
-        code="preflight-interface-differs", severity="warning",
+        code="preflight-interface-differs",
         fix="one NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME value must match every node's interface: "
         "use a list or a prefix that covers all names",
     )
@@ -239,19 +239,19 @@ def _rdma_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
     transport = _differ(
         entries, lambda fp: fp.rdma.transport, what="RDMA transport", show=_show_transport,
-        code="preflight-transport-differs", severity="error",
+        code="preflight-transport-differs",
         fix="make RDMA usable on every node or on none (devices, /dev/infiniband, drivers): "
         "NCCL hangs at init when nodes pick different transports",
     )
     ports = _differ(
         entries, lambda fp: fp.rdma.ports, what="number of usable RDMA ports", more=down,
-        code="preflight-rdma-ports-differ", severity="error",
+        code="preflight-rdma-ports-differ",
         fix="bring every RDMA port up (`ibstat`), or exclude the same ports everywhere with "
         "NCCL_IB_HCA",
     )
     rates = None if ports else _differ(
         entries, lambda fp: fp.rdma.rates_gbps, what="RDMA port rates", show=_show_rates,
-        code="preflight-rdma-rate-differs", severity="warning",
+        code="preflight-rdma-rate-differs",
         fix="check the slow ports' links (`ibstat`): the slowest port sets the pace for all",
     )
     return [p for p in (transport, ports, rates) if p is not None]
@@ -264,15 +264,15 @@ def _gpu_problems(entries: Sequence[_Entry]) -> list[Problem]:
     for e in entries:
         trainers = e.fp.num_trainers
         if e.fp.gpus is None:
-            out.append(Problem(
-                "preflight-gpu-count", "error",
+            out.append(Problem.of(
+                "preflight-gpu-count",
                 f"{e.ref} shows no NVIDIA driver while other nodes have GPUs", (e.ref,), (),
                 "check the node's driver, and that the container was given the GPUs",
             ))
         elif trainers is not None and e.fp.gpus < trainers:
             visible = e.fp.env.get("CUDA_VISIBLE_DEVICES")
-            out.append(Problem(
-                "preflight-gpu-count", "error",
+            out.append(Problem.of(
+                "preflight-gpu-count",
                 f"{e.ref} sees {e.fp.gpus} GPUs but NUM_TRAINERS={trainers}", (e.ref,),
                 (f"CUDA_VISIBLE_DEVICES={_show(visible)}",),
                 "check `nvidia-smi` on that node (a missing or faulted GPU, the fabric manager) "
@@ -293,8 +293,8 @@ def _local_problems(entries: Sequence[_Entry]) -> list[Problem]:
         # Each node's own wording, when the nodes do not all say the same thing.
         distinct = len({f.title for _, f in items}) > 1
         titles = list(dict.fromkeys(f"{e.ref}: {f.title}" for e, f in items)) if distinct else []
-        out.append(Problem(
-            "preflight-node-errors", "error",
+        out.append(Problem.of(
+            "preflight-node-errors",
             f"local check {code} fails on {_names(refs)}: {first.title}",
             tuple(refs), tuple(titles[:_MAX_EVIDENCE]),
             first.fix or f"run `clusterenv doctor` on {refs[0]}",
@@ -322,7 +322,7 @@ def _version_problems(entries: Sequence[_Entry]) -> list[Problem]:
 def _token_problems(entries: Sequence[_Entry]) -> list[Problem]:
     problem = _differ(
         entries, lambda fp: fp.token, what="CLUSTERENV_PREFLIGHT_TOKEN",
-        show=lambda t: "set" if t else "unset", code="preflight-token-mismatch", severity="error",
+        show=lambda t: "set" if t else "unset", code="preflight-token-mismatch",
         fix="set the same CLUSTERENV_PREFLIGHT_TOKEN on every node, or on none",
     )
     return [problem] if problem is not None else []
@@ -340,8 +340,8 @@ def _address_problems(entries: Sequence[_Entry]) -> list[Problem]:
     for e in entries[1:]:  # the primary's own entry is where it listens
         claimed, seen = e.fp.node_addr, e.ref.addr
         if claimed and seen and not _same_address(claimed, seen):
-            out.append(Problem(
-                "preflight-addr-mismatch", "warning",
+            out.append(Problem.of(
+                "preflight-addr-mismatch",
                 f"{e.ref} says NODE_ADDR={claimed} but connected from {seen}", (e.ref,), (),
                 "check NODE_ADDR on that node, and that its traffic to the primary leaves "
                 "through the cluster interface (`ip route get PRIMARY_ADDR`)",
@@ -351,8 +351,8 @@ def _address_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 def _ring_problems(ring: Sequence[RingHop]) -> list[Problem]:
     return [
-        Problem(
-            "preflight-ring-unreachable", "error",
+        Problem.of(
+            "preflight-ring-unreachable",
             f"{hop.source} cannot open a TCP connection to {hop.target}: {hop.detail}",
             (hop.source, hop.target), (),
             "check routes and firewalls between these two nodes on the cluster network",
@@ -368,8 +368,8 @@ def _rejected_problem(rejected: Sequence[str], total: int) -> list[Problem]:
     peers = tuple(
         NodeRef(None, r.removeprefix("rejected peer ").split(": ", 1)[0]) for r in rejected
     )
-    return [Problem(
-        "preflight-rejected-peers", "warning",
+    return [Problem.of(
+        "preflight-rejected-peers",
         f"refused {_plural(total, 'connection')} that did not send a valid fingerprint",
         peers, tuple(rejected),
         "if one of them is a node of this cluster, run the same clusterenv release there (with "

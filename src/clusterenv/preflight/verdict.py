@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from clusterenv.findings import Finding, Severity
+from clusterenv.findings import Finding, Severity, code_info
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.wire import WireError
 
@@ -61,6 +61,22 @@ class Problem:
     nodes: tuple[NodeRef, ...] = ()
     evidence: tuple[str, ...] = ()
     fix: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        code: str,
+        title: str = "",
+        nodes: tuple[NodeRef, ...] = (),
+        evidence: tuple[str, ...] = (),
+        fix: str = "",
+        *,
+        severity: Severity | None = None,
+    ) -> Problem:
+        """A problem with a registered code; severity and title default to the registry's
+        (:data:`clusterenv.findings.CODES`)."""
+        info = code_info(code)
+        return cls(code, severity or info.severity, title or info.title, nodes, evidence, fix)
 
     def finding(self) -> Finding:
         """The same problem as a :class:`~clusterenv.findings.Finding` (nodes in the evidence)."""

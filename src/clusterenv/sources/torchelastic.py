@@ -122,9 +122,9 @@ def _cross_check(
     if isinstance(trainers, int) and isinstance(local_world, int) and trainers != local_world:
         if local_world < trainers:
             notes.append(
-                Finding(
+                Finding.of(
                     "worker-fewer-processes",
-                    "info",
+
                     f"torchrun started {local_world} processes on this node but NUM_TRAINERS="
                     f"{trainers} GPUs are available",
                     (f"LOCAL_WORLD_SIZE={local_world}", f"NUM_TRAINERS={trainers}"),
@@ -133,9 +133,9 @@ def _cross_check(
             )
         else:
             notes.append(
-                Finding(
+                Finding.of(
                     "worker-more-processes",
-                    "warning",
+
                     f"torchrun started {local_world} processes on this node but NUM_TRAINERS="
                     f"{trainers}: some processes will share a GPU or fail with 'CUDA error: "
                     "invalid device ordinal'",
@@ -146,9 +146,9 @@ def _cross_check(
     provider_nodes = _plain_int(env.get("NUM_NODES"))
     if isinstance(provider_nodes, int) and num_nodes is not None and provider_nodes != num_nodes:
         notes.append(
-            Finding(
+            Finding.of(
                 "worker-node-count",
-                "warning",
+
                 f"the process group spans {num_nodes} nodes but NUM_NODES={provider_nodes}",
                 (f"WORLD_SIZE/LOCAL_WORLD_SIZE={num_nodes}", f"NUM_NODES={provider_nodes}"),
                 f"pass --nnodes={provider_nodes} to torchrun on each node (clusterenv launch does)",
@@ -162,9 +162,9 @@ def _cross_check(
         and provider_rank != group_rank
     ):
         notes.append(
-            Finding(
+            Finding.of(
                 "worker-node-rank",
-                "warning",
+
                 f"torchrun gave this node GROUP_RANK={group_rank} but NODE_RANK={provider_rank}",
                 (f"GROUP_RANK={group_rank}", f"NODE_RANK={provider_rank}"),
                 "use a static rendezvous with --node-rank=$NODE_RANK (clusterenv launch does)",
@@ -176,9 +176,9 @@ def _cross_check(
         primary = parse_host(primary_text)
         if primary is not None and primary != master:
             notes.append(
-                Finding(
+                Finding.of(
                     "worker-primary-addr",
-                    "warning",
+
                     f"torchrun's MASTER_ADDR={master} is not PRIMARY_ADDR={primary}",
                     (f"MASTER_ADDR={master}", f"PRIMARY_ADDR={primary}"),
                     "pass --master-addr=$PRIMARY_ADDR to torchrun (clusterenv launch does)",
