@@ -239,8 +239,8 @@ def test_source_can_be_forced() -> None:
 
 
 def test_unknown_source_names_the_choices() -> None:
-    error = problems_of({}, source="slurm")
-    assert "torchelastic, runpod, generic, local" in str(error)
+    error = problems_of({}, source="nope")
+    assert "torchelastic, deepspeed" in str(error) and ", local" in str(error)
 
 
 # -- validation rules: each names every variable involved -------------------------------------

@@ -99,6 +99,18 @@ def test_validate_settings_names_the_value_to_use() -> None:
         worker.validate_settings(num_devices=4, num_nodes=2)
 
 
+def test_fewer_devices_than_the_node_runs_is_refused_up_front() -> None:
+    # Runpod node with NUM_TRAINERS=2: devices=1 would make Lightning's WORLD_SIZE disagree
+    # with every node's contract; the parent refuses before any child starts.
+    env = ClusterEnvEnvironment(environ=NODE1)
+    with pytest.raises(ValueError, match=r"devices=1 but this node runs 2 processes") as info:
+        env.validate_settings(num_devices=1, num_nodes=2)
+    assert "HINT: set devices=2" in str(info.value)
+    assert "--nproc-per-node 1" in str(info.value)
+    # On a laptop the per-node count is only a guess from the GPUs: any devices are fine.
+    ClusterEnvEnvironment(environ={}).validate_settings(num_devices=4, num_nodes=1)
+
+
 _EVERY_METHOD = """\
 import json, os
 from clusterenv.integrations.lightning import ClusterEnvEnvironment  # imports Lightning

@@ -18,10 +18,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from clusterenv._root import Root, as_root
 from clusterenv.errors import ConfigError, ConfigProblem
 from clusterenv.findings import Finding
-from clusterenv.sources import SOURCE_NAMES, SOURCES, Reading, Source, source_named
+from clusterenv.sources import (
+    SOURCE_NAMES,
+    NodeFacts,
+    Reading,
+    Source,
+    detect_source,
+    outer_facts,
+    source_named,
+)
 from clusterenv.sources._base import EnvReader, format_host_port, is_loopback_host
 
-__all__ = ["ClusterConfig", "ConfigCheck", "ProcessContext", "check_config"]
+__all__ = ["SOURCE_VARIABLE", "ClusterConfig", "ConfigCheck", "ProcessContext", "check_config"]
+
+#: The variable that forces a source, like ``from_env(source=...)`` (see :func:`check_config`).
+SOURCE_VARIABLE = "CLUSTERENV_SOURCE"
 
 
 class ProcessContext(BaseModel):
@@ -45,8 +56,10 @@ class ClusterConfig(BaseModel):
 
     Build it with :meth:`from_env`. Attributes:
 
-        source: Which environment matched: ``"torchelastic"``, ``"runpod"``, ``"generic"``
-            or ``"local"``.
+        source: Which environment source matched, e.g. ``"torchelastic"``, ``"deepspeed"``,
+            ``"slurm"``, ``"runpod"``, ``"generic"`` or ``"local"`` (docs/environment.md lists
+            them all, in detection order).
+        source_reason: Why it matched, e.g. ``"TORCHELASTIC_RUN_ID is set"``.
         primary_addr: Rendezvous address as given (brackets removed), e.g. ``"10.65.0.2"``.
         primary_port: Rendezvous port, e.g. ``29500``.
         node_addr: This node's cluster IP, e.g. ``"10.65.0.3"``; None when the source has none.
@@ -60,6 +73,9 @@ class ClusterConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: str = Field(description="Which environment source matched, e.g. 'runpod'.")
+    source_reason: str = Field(
+        default="", description="Why that source matched, e.g. 'TORCHELASTIC_RUN_ID is set'."
+    )
     primary_addr: str = Field(description="Rendezvous address, e.g. '10.65.0.2'.")
     primary_port: int = Field(ge=1, le=65535, description="Rendezvous port, e.g. 29500.")
     node_addr: str | None = Field(default=None, description="This node's cluster IP.")
@@ -107,7 +123,8 @@ class ClusterConfig(BaseModel):
 
         Args:
             environ: The variables to read; None reads ``os.environ`` at call time.
-            source: Force a source by name instead of detecting it (``"runpod"``, …).
+            source: Force a source by name instead of detecting it (``"runpod"``, …); None
+                detects it, honouring ``CLUSTERENV_SOURCE`` (see :func:`check_config`).
             root: Filesystem root used to count GPUs for the defaults (``/`` or a snapshot).
 
         Returns:
@@ -169,6 +186,7 @@ class ConfigCheck:
         problems: Every problem (each becomes an error finding).
         notes: Findings that are not errors (worker cross-checks).
         values: The values of the variables the problems name, as read.
+        reason: Why the source matched (or that it was forced).
     """
 
     source: str
@@ -177,6 +195,8 @@ class ConfigCheck:
     notes: tuple[Finding, ...]
     #: The values of the variables the problems name, as read.
     values: Mapping[str, str] = field(default_factory=dict)
+    #: Why the source matched, e.g. ``"TORCHELASTIC_RUN_ID is set"``.
+    reason: str = ""
 
     def findings(self) -> list[Finding]:
         """Problems as error findings, followed by the notes."""
@@ -185,7 +205,7 @@ class ConfigCheck:
                 p.code,
                 p.message,
                 (
-                    f"source: {self.source}",
+                    f"source: {self.source}" + (f" ({self.reason})" if self.reason else ""),
                     *tuple(
                         f"{name}={self.values[name]!r}"
                         if name in self.values
@@ -207,31 +227,132 @@ def check_config(
     source: str | None = None,
     root: Root | str | os.PathLike[str] = "/",
 ) -> ConfigCheck:
-    """Read the environment like :meth:`ClusterConfig.from_env`, returning problems as data."""
+    """Read the environment like :meth:`ClusterConfig.from_env`, returning problems as data.
+
+    The source is ``source`` when given (forced, whatever else is set). Otherwise
+    ``CLUSTERENV_SOURCE`` names one: a process-level source (a launcher's workers) is then
+    forced too, while a node-level one (a platform, e.g. ``paidlc``) is used unless a launcher's
+    worker variables are present, because the variable is inherited by the workers that
+    launcher starts and their own variables describe them. Without either, the first source
+    that matches in the documented order is used.
+    """
     env: Mapping[str, str] = os.environ if environ is None else environ
-    chosen = _choose_source(env, source)
+    chosen, reason, forced_node = _choose_source(env, source)
     if chosen is None:
+        named = source if source is not None else env.get(SOURCE_VARIABLE, "")
+        variables = () if source is not None else (SOURCE_VARIABLE,)
+        where = "source=" if source is not None else f"{SOURCE_VARIABLE}="
         problem = ConfigProblem(
-            (),
-            f"unknown source {source!r}",
+            variables,
+            f"{where}{named!r} names no source",
             f"use one of: {', '.join(SOURCE_NAMES)}",
             "config-unknown-source",
         )
-        return ConfigCheck(str(source), None, (problem,), ())
+        values = {SOURCE_VARIABLE: named} if variables else {}
+        return ConfigCheck(str(named), None, (problem,), (), values)
     reading = chosen.read(env, as_root(root))
     _validate_common(env, reading)
     config = None
+    notes = list(reading.notes)
     if not reading.problems:
-        config = _build(chosen.name, reading)
-    named = {name for p in reading.problems for name in p.variables}
-    values = {name: env[name] for name in sorted(named) if name in env}
-    return ConfigCheck(chosen.name, config, tuple(reading.problems), tuple(reading.notes), values)
+        config = _build(chosen.name, reason, reading)
+    if config is not None and chosen.level == "process":
+        facts = forced_node.node_facts(env) if forced_node is not None else None
+        if facts is None:
+            facts = outer_facts(env, exclude=chosen.name)
+        if facts is not None:
+            notes.extend(_cross_check(chosen, config, facts))
+    mentioned = {name for p in reading.problems for name in p.variables}
+    values = {name: env[name] for name in sorted(mentioned) if name in env}
+    return ConfigCheck(
+        chosen.name, config, tuple(reading.problems), tuple(notes), values, reason
+    )
 
 
-def _choose_source(environ: Mapping[str, str], forced: str | None) -> Source | None:
+def _choose_source(
+    environ: Mapping[str, str], forced: str | None
+) -> tuple[Source | None, str, Source | None]:
+    """The source, why, and the node-level source ``CLUSTERENV_SOURCE`` named if a worker
+    source won over it (kept as the outer evidence)."""
     if forced is not None:
-        return source_named(forced)
-    return next(s for s in SOURCES if s.matches(environ))
+        return source_named(forced), f"forced with source={forced!r}", None
+    variable = environ.get(SOURCE_VARIABLE, "").strip()
+    if variable:
+        named = source_named(variable)
+        if named is None:
+            return None, "", None
+        if named.level == "process":
+            return named, f"forced with {SOURCE_VARIABLE}={variable}", None
+        worker = detect_source(environ, level="process")
+        if worker.level == "process":
+            why = (
+                f"{worker.reason(environ)}; this process is a worker, so {SOURCE_VARIABLE}="
+                f"{variable} describes its node and is used as evidence"
+            )
+            return worker, why, named
+        return named, f"forced with {SOURCE_VARIABLE}={variable}", None
+    detected = detect_source(environ)
+    return detected, detected.reason(environ), None
+
+
+def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> list[Finding]:
+    """Contradictions between a worker's launcher and the outer platform, as findings."""
+    notes: list[Finding] = []
+    launcher = source.launcher
+    outer = f"source {facts.source}"
+    per_node = config.num_trainers
+    if facts.per_node is not None and facts.per_node[1] != per_node:
+        name, value = facts.per_node
+        evidence = (f"processes on this node: {per_node} ({launcher})", f"{name}={value}", outer)
+        if per_node < value:
+            notes.append(Finding.of(
+                "worker-fewer-processes",
+                f"{launcher} started {per_node} processes on this node but {name}={value} "
+                "GPUs are available",
+                evidence,
+                f"start {value} processes per node to use every GPU, if intended",
+            ))
+        else:
+            notes.append(Finding.of(
+                "worker-more-processes",
+                f"{launcher} started {per_node} processes on this node but {name}={value}: "
+                "some processes will share a GPU or fail with 'CUDA error: invalid device "
+                "ordinal'",
+                evidence,
+                f"start at most {value} processes per node",
+            ))
+    if facts.num_nodes is not None and facts.num_nodes[1] != config.num_nodes:
+        name, value = facts.num_nodes
+        notes.append(Finding.of(
+            "worker-node-count",
+            f"the process group spans {config.num_nodes} nodes but {name}={value}",
+            (f"nodes in the process group: {config.num_nodes} ({launcher})",
+             f"{name}={value}", outer),
+            f"start {launcher} on all {value} nodes with the node count {value} "
+            "(clusterenv launch does)",
+        ))
+    if (
+        facts.node_rank is not None
+        and facts.node_rank[1] != config.node_rank
+        and source.name != "mpi"  # MPI daemons' Slurm node ids need not follow rank order
+    ):
+        name, value = facts.node_rank
+        notes.append(Finding.of(
+            "worker-node-rank",
+            f"{launcher} gave this node the index {config.node_rank} but {name}={value}",
+            (f"node index: {config.node_rank} ({launcher})", f"{name}={value}", outer),
+            f"give {launcher} the node index {value} (a static rendezvous with --node-rank="
+            f"{value}; clusterenv launch does)",
+        ))
+    if facts.primary is not None and facts.primary[1] != config.primary_addr:
+        variable, address = facts.primary
+        notes.append(Finding.of(
+            "worker-primary-addr",
+            f"{launcher}'s MASTER_ADDR={config.primary_addr} is not {variable}={address}",
+            (f"MASTER_ADDR={config.primary_addr}", f"{variable}={address}", outer),
+            f"rendezvous on {variable} ({address}); clusterenv launch does",
+        ))
+    return notes
 
 
 def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
@@ -299,8 +420,8 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
         fields["world_size"] = nodes * trainers
 
 
-def _build(source: str, reading: Reading) -> ClusterConfig | None:
-    data: dict[str, Any] = {"source": source, **reading.fields}
+def _build(source: str, reason: str, reading: Reading) -> ClusterConfig | None:
+    data: dict[str, Any] = {"source": source, "source_reason": reason, **reading.fields}
     try:
         return ClusterConfig.model_validate(data)
     except ValidationError as e:  # a rule above missed something: still report, never leak

@@ -187,6 +187,12 @@ CODES: dict[str, CodeInfo] = {
     ),
     "config-primary-rank": CodeInfo("config", "error", "Rank 0 and the primary node disagree"),
     "config-rank-range": CodeInfo("config", "error", "A worker's rank is out of range"),
+    "config-uneven-nodes": CodeInfo(
+        "config", "error", "The nodes run different numbers of processes"
+    ),
+    "config-rank-layout": CodeInfo(
+        "config", "error", "The ranks do not give this node's index"
+    ),
     "config-elastic-range": CodeInfo(
         "config", "error", "An elastic node range has no fixed node count"
     ),

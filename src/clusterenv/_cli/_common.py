@@ -17,6 +17,7 @@ __all__ = [
     "add_json",
     "add_plan_options",
     "add_root",
+    "add_source",
     "emit_json",
     "host_context",
     "render_findings",
@@ -33,6 +34,20 @@ def add_root(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="read a host snapshot (made by `clusterenv capture`) instead of this host; its "
         "recorded environment is used when it has one",
+    )
+
+
+def add_source(parser: argparse.ArgumentParser) -> None:
+    """``--source NAME``: force an environment source, as ``CLUSTERENV_SOURCE`` does."""
+    from clusterenv.sources import SOURCE_NAMES
+
+    parser.add_argument(
+        "--source",
+        metavar="NAME",
+        choices=SOURCE_NAMES,
+        default=None,
+        help="read the cluster contract as this source instead of detecting it (sets "
+        f"CLUSTERENV_SOURCE for this command): {', '.join(SOURCE_NAMES)}",
     )
 
 
@@ -55,14 +70,19 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
 
 def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
     """The environment and root a verb reads: the snapshot's (with its recorded environment)
-    under ``--root``, else this process's environment and ``/``."""
+    under ``--root``, else this process's environment and ``/``; ``--source NAME`` adds
+    ``CLUSTERENV_SOURCE=NAME`` to it."""
     root_dir = getattr(args, "root", None)
     root = Root(root_dir or "/")
+    environ = dict(os.environ)
     if root_dir is not None:
         recorded = root.recorded_environ()
         if recorded is not None:
-            return recorded, root
-    return dict(os.environ), root
+            environ = dict(recorded)
+    forced = getattr(args, "source", None)
+    if forced:
+        environ["CLUSTERENV_SOURCE"] = forced
+    return environ, root
 
 
 def emit_json(data: Any, stream: TextIO | None = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from clusterenv._cli._common import add_json, add_root, emit_json, host_context
+from clusterenv._cli._common import add_json, add_root, add_source, emit_json, host_context
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
 from clusterenv._scrub import is_cluster_name, is_secret_name
@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_json(parser)
     add_root(parser)
+    add_source(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from clusterenv._cli._common import add_json, add_root, emit_json, host_context, render_findings
+from clusterenv._cli._common import (
+    add_json,
+    add_root,
+    add_source,
+    emit_json,
+    host_context,
+    render_findings,
+)
 
 HELP = "check this node and explain what will break the job (exit 1 on errors)"
 
@@ -16,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--strict", action="store_true", help="exit 1 on warnings too, not only on errors"
     )
     add_root(parser)
+    add_source(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,5 +37,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"config": facts.config, "findings": findings, "summary": counts})
     else:
+        check = facts.check
+        if check is not None:
+            why = f" ({check.reason})" if check.reason else ""
+            print(f"source: {check.source}{why}\n")
         print(render_findings(findings))
     return 1 if failing else 0

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from clusterenv._cli._common import add_plan_options, add_root, host_context
+from clusterenv._cli._common import add_plan_options, add_root, add_source, host_context
 from clusterenv._jsonable import to_jsonable
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "node (static rendezvous on PRIMARY_ADDR:PRIMARY_PORT)",
     )
     add_root(parser)
+    add_source(parser)
 
 
 def _sh_quote(value: str) -> str:

@@ -18,6 +18,7 @@ from clusterenv._cli._common import (
     add_json,
     add_plan_options,
     add_root,
+    add_source,
     emit_json,
     host_context,
     render_findings,
@@ -59,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_json(parser)
     add_root(parser)
+    add_source(parser)
     parser.add_argument(
         "command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS ...]",
         help="the training script and its arguments; torchrun options may come first "

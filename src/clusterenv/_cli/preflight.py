@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from clusterenv._cli._common import (
     add_json,
     add_root,
+    add_source,
     emit_json,
     host_context,
     render_findings,
@@ -56,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_json(parser)
     add_root(parser)
+    add_source(parser)
 
 
 def _node_rows(verdict: Verdict) -> list[tuple[object, ...]]:

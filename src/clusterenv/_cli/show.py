@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from clusterenv._cli._common import (
     add_json,
     add_root,
+    add_source,
     emit_json,
     host_context,
     render_findings,
@@ -30,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--debug", action="store_true", help="plan NCCL_DEBUG=INFO too, as `env --debug` would"
     )
     add_root(parser)
+    add_source(parser)
 
 
 def _size(n: int | None) -> str:
@@ -47,7 +49,7 @@ def _pairs(rows: list[tuple[str, object]]) -> str:
 
 def _config_rows(cfg: ClusterConfig) -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = [
-        ("source", cfg.source),
+        ("source", f"{cfg.source} ({cfg.source_reason})" if cfg.source_reason else cfg.source),
         ("primary", cfg.host_node_addr),
         ("node address", cfg.node_addr),
         ("node rank", f"{cfg.node_rank} of {cfg.num_nodes}"),

@@ -172,6 +172,20 @@ class ClusterEnvEnvironment(ClusterEnvironment):  # type: ignore[misc,unused-ign
                 f"train separately. HINT: set num_nodes={self.config.num_nodes}"
             )
         process = self.config.process
+        stated = self.config.source not in ("local", "generic") or any(
+            self._env().get(n) for n in ("NUM_TRAINERS", "PET_NPROC_PER_NODE")
+        )
+        if process is None and stated and num_devices != self.config.num_trainers:
+            trainers = self.config.num_trainers
+            raise ValueError(
+                f"devices={num_devices} but this node runs {trainers} processes per node "
+                f"(source {self.config.source}: {self.config.source_reason}): Lightning would "
+                f"set WORLD_SIZE={num_devices * num_nodes} while every node's cluster contract "
+                f"says {trainers * self.config.num_nodes}, and the processes would compute "
+                f"different ranks. HINT: set devices={trainers}, or start {num_devices} "
+                f"processes per node with `clusterenv launch --nproc-per-node {num_devices} -- "
+                "train.py`"
+            )
         if process is not None and num_devices != process.local_world_size:
             raise ValueError(
                 f"devices={num_devices} but the launcher started {process.local_world_size} "

@@ -104,6 +104,10 @@ def missing_launcher_message(config: ClusterConfig, argv: Sequence[str] | None =
     )
 
 
+#: What torch's ``env://`` rendezvous reads.
+_ENV_INIT = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
+
+
 def _timeout(value: timedelta | float | None) -> timedelta | None:
     if value is None or isinstance(value, timedelta):
         return value
@@ -178,7 +182,17 @@ def init_process_group(
     options: dict[str, Any] = dict(kwargs)
     if timeout is not None:
         options["timeout"] = _timeout(timeout)
-    if launched:
+    if launched and all(env.get(n) for n in _ENV_INIT):
+        options.setdefault("init_method", "env://")
+        dist.init_process_group(backend=chosen, **options)
+    elif launched and config.process is not None:
+        # A launcher that does not export torch's env:// names (mpirun, srun, Lightning's
+        # children): the ranks come from the config, the store from the primary's address.
+        options.setdefault("init_method", f"tcp://{config.host_node_addr}")
+        options.setdefault("rank", config.process.rank)
+        options.setdefault("world_size", config.world_size)
+        dist.init_process_group(backend=chosen, **options)
+    elif launched:
         options.setdefault("init_method", "env://")
         dist.init_process_group(backend=chosen, **options)
     else:

@@ -1,26 +1,65 @@
-"""Environment sources, tried in a fixed order (see :data:`SOURCES`)."""
+"""Environment sources, tried in a fixed order (see :data:`SOURCES`).
+
+The innermost launcher wins. Variables are inherited downwards (scheduler, then node launcher,
+then worker), so a worker sees every layer that started it, and the layer that created the
+process is the one that describes it: a torchrun worker inside ``srun`` still sees ``SLURM_*``
+values that describe the srun task (one per node), not the worker. Process-level sources come
+first, most specific marker first; node-level platforms after them; ``generic`` and ``local``
+last. The outer, node-level source that also matches is kept as evidence
+(:func:`outer_facts`) and contradictions become findings.
+"""
 
 from __future__ import annotations
 
-from clusterenv.sources._base import Reading, Source
+from collections.abc import Mapping
+
+from clusterenv.sources._base import NodeFacts, Reading, Source
+from clusterenv.sources.deepspeed import DeepSpeedSource
 from clusterenv.sources.generic import GenericSource
+from clusterenv.sources.lightning import LightningSource
 from clusterenv.sources.local import LocalSource
 from clusterenv.sources.runpod import RunpodSource
 from clusterenv.sources.torchelastic import TorchElasticSource
+from clusterenv.sources.worker import AzureMLSource, RaySource, WorkerSource
 
-__all__ = ["SOURCES", "SOURCE_NAMES", "Reading", "Source", "source_named"]
+__all__ = [
+    "SOURCES",
+    "SOURCE_NAMES",
+    "NodeFacts",
+    "Reading",
+    "Source",
+    "detect_source",
+    "outer_facts",
+    "source_named",
+]
 
-#: The order sources are tried in. A torchrun worker comes first: its variables describe the
-#: process group and it may run on any provider (torchrun sets its own MASTER_* and WORLD_SIZE
-#: over the provider's). Runpod comes before generic because Runpod also sets MASTER_*, and its
-#: own variables (NODE_ADDR, NUM_TRAINERS, ...) are more specific. Local is the last resort.
+#: The order sources are tried in (the documented detection order; docs/environment.md).
+#:
+#: 1. ``torchelastic``: ``TORCHELASTIC_RUN_ID`` present, the strongest worker marker.
+#: 2. ``deepspeed``, ``ray``, ``azureml``: a full ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` set with
+#:    a launcher's own marker; then ``worker``: the full set from any launcher.
+#: 3. ``lightning``: ``LOCAL_RANK``, ``NODE_RANK`` and ``WORLD_SIZE`` without ``RANK``.
+#: 4. ``mpi``: an MPI rank (Open MPI, MVAPICH, MPICH/Intel MPI/Hydra, PMIx): preferred over
+#:    ``SLURM_PROCID``, which ``mpirun`` inside ``sbatch`` inherits from the batch step.
+#: 5. ``slurm``: a Slurm task (process-level with several tasks per node, else node-level).
+#: 6. Node-level platforms: ``runpod``, ``skypilot``, ``dstack``, ``sagemaker``, ``vertex``,
+#:    ``kubeflow``.
+#: 7. ``generic`` ``MASTER_ADDR``, then ``local``.
+#:
+#: ``paidlc`` is never detected (its ``WORLD_SIZE`` = nodes and ``RANK`` = node index look
+#: like other meanings); it is used only when forced.
 SOURCES: tuple[Source, ...] = (
     TorchElasticSource(),
+    DeepSpeedSource(),
+    RaySource(),
+    AzureMLSource(),
+    WorkerSource(),
+    LightningSource(),
     RunpodSource(),
     GenericSource(),
     LocalSource(),
 )
-#: The names accepted by ``ClusterConfig.from_env(source=...)``.
+#: The names accepted by ``ClusterConfig.from_env(source=...)`` and ``CLUSTERENV_SOURCE``.
 SOURCE_NAMES: tuple[str, ...] = tuple(s.name for s in SOURCES)
 
 
@@ -29,4 +68,34 @@ def source_named(name: str) -> Source | None:
     for source in SOURCES:
         if source.name == name:
             return source
+    return None
+
+
+def detect_source(environ: Mapping[str, str], *, level: str | None = None) -> Source:
+    """The first source in :data:`SOURCES` that matches (``local`` at the latest).
+
+    Args:
+        environ: The variables to look at.
+        level: Only consider sources of this level (``"process"`` or ``"node"``).
+    """
+    for source in SOURCES:
+        if not source.auto or (level is not None and source.level != level):
+            continue
+        if source.matches(environ):
+            return source
+    return next(s for s in SOURCES if s.name == "local")
+
+
+def outer_facts(environ: Mapping[str, str], *, exclude: str) -> NodeFacts | None:
+    """What the first matching source (other than ``exclude``) that describes nodes says about
+    this node: the evidence an inner launcher's values are checked against. Worker sources say
+    nothing about outer layers, so they are passed over. None when no source says anything.
+    """
+    for source in SOURCES:
+        if not source.auto or source.name == exclude:
+            continue
+        if source.matches(environ):
+            facts = source.node_facts(environ)
+            if facts is not None:
+                return facts
     return None

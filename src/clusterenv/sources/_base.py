@@ -22,11 +22,13 @@ from clusterenv.findings import Finding
 __all__ = [
     "DEFAULT_PORT",
     "EnvReader",
+    "NodeFacts",
     "Reading",
     "Source",
     "format_host_port",
     "is_loopback_host",
     "parse_host",
+    "plain_int",
     "split_host_port",
 ]
 
@@ -282,6 +284,30 @@ def is_loopback_host(host: str) -> bool:
         return name in {"localhost", "ip6-localhost", "ip6-loopback"} or name.endswith(".localhost")
 
 
+@dataclass(frozen=True)
+class NodeFacts:
+    """What a node-level source says about this node, used as evidence inside a worker.
+
+    Each value is ``(variable, value)`` so that a contradiction can name its variable.
+    """
+
+    source: str
+    node_rank: tuple[str, int] | None = None
+    num_nodes: tuple[str, int] | None = None
+    per_node: tuple[str, int] | None = None
+    primary: tuple[str, str] | None = None
+
+
+def plain_int(environ: Mapping[str, str], *names: str) -> tuple[str, int] | None:
+    """The first of ``names`` holding a plain decimal integer, as ``(name, value)``; never
+    records a problem (for evidence, not for the values a source is built from)."""
+    for name in names:
+        text = (environ.get(name) or "").strip()
+        if text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS:
+            return name, int(text)
+    return None
+
+
 class Source(ABC):
     """One kind of environment: decides whether it matches and reads the config fields."""
 
@@ -289,6 +315,14 @@ class Source(ABC):
     name: ClassVar[str]
     #: One line for docs and ``show``, e.g. ``"Runpod Instant Cluster"``.
     description: ClassVar[str]
+    #: ``"process"`` when it describes a launched worker (ranks), ``"node"`` otherwise.
+    level: ClassVar[str] = "node"
+    #: Who starts the processes, for messages (``"torchrun"``, ``"mpirun"``).
+    launcher: ClassVar[str] = "your launcher"
+    #: False for sources used only when forced (their variables mean other things elsewhere).
+    auto: ClassVar[bool] = True
+    #: The variables whose presence makes it match, reported by :meth:`reason`.
+    markers: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def matches(self, environ: Mapping[str, str]) -> bool:
@@ -297,3 +331,15 @@ class Source(ABC):
     @abstractmethod
     def read(self, environ: Mapping[str, str], root: Root) -> Reading:
         """Read the config fields, collecting every problem instead of raising."""
+
+    def reason(self, environ: Mapping[str, str]) -> str:
+        """Why it matched, e.g. ``"TORCHELASTIC_RUN_ID is set"`` (for ``show`` and ``doctor``)."""
+        present = [name for name in self.markers if name in environ]
+        if not present:
+            return "nothing more specific matched"
+        verb = "is" if len(present) == 1 else "are"
+        return f"{', '.join(present)} {verb} set"
+
+    def node_facts(self, environ: Mapping[str, str]) -> NodeFacts | None:
+        """What this (outer, node-level) source says about the node; None when nothing."""
+        return None

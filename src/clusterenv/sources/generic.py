@@ -14,7 +14,14 @@ from typing import ClassVar
 
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
-from clusterenv.sources._base import DEFAULT_PORT, EnvReader, Reading, Source
+from clusterenv.sources._base import (
+    DEFAULT_PORT,
+    EnvReader,
+    NodeFacts,
+    Reading,
+    Source,
+    plain_int,
+)
 
 __all__ = ["GenericSource"]
 
@@ -25,9 +32,24 @@ class GenericSource(Source):
     name: ClassVar[str] = "generic"
     description: ClassVar[str] = "generic MASTER_ADDR/MASTER_PORT environment"
 
+    markers: ClassVar[tuple[str, ...]] = ("MASTER_ADDR",)
+
     def matches(self, environ: Mapping[str, str]) -> bool:
         """``MASTER_ADDR`` is set."""
         return bool(environ.get("MASTER_ADDR"))
+
+    def node_facts(self, environ: Mapping[str, str]) -> NodeFacts | None:
+        """``NODE_RANK``, ``NUM_NODES``, ``NUM_TRAINERS`` (or their ``PET_*`` spellings) as
+        evidence; ``MASTER_ADDR`` is not, since every launcher rewrites it."""
+        facts = NodeFacts(
+            self.name,
+            node_rank=plain_int(environ, "NODE_RANK", "PET_NODE_RANK"),
+            num_nodes=plain_int(environ, "NUM_NODES", "PET_NNODES"),
+            per_node=plain_int(environ, "NUM_TRAINERS", "PET_NPROC_PER_NODE"),
+        )
+        if facts.node_rank is None and facts.num_nodes is None and facts.per_node is None:
+            return None
+        return facts
 
     def read(self, environ: Mapping[str, str], root: Root) -> Reading:
         """Read the generic variables, deriving what is missing."""

@@ -20,10 +20,12 @@ from typing import ClassVar
 from clusterenv._root import Root
 from clusterenv.sources._base import (
     EnvReader,
+    NodeFacts,
     Reading,
     Source,
     format_host_port,
     parse_host,
+    plain_int,
     split_host_port,
 )
 
@@ -73,9 +75,22 @@ class RunpodSource(Source):
     name: ClassVar[str] = "runpod"
     description: ClassVar[str] = "Runpod Instant Cluster"
 
+    markers: ClassVar[tuple[str, ...]] = _MARKERS
+
     def matches(self, environ: Mapping[str, str]) -> bool:
         """Any variable that only Runpod sets is present."""
         return any(environ.get(name) for name in _MARKERS)
+
+    def node_facts(self, environ: Mapping[str, str]) -> NodeFacts:
+        """``NODE_RANK``, ``NUM_NODES``, ``NUM_TRAINERS`` and ``PRIMARY_ADDR``, as evidence."""
+        primary = parse_host(environ.get("PRIMARY_ADDR") or "")
+        return NodeFacts(
+            self.name,
+            node_rank=plain_int(environ, "NODE_RANK"),
+            num_nodes=plain_int(environ, "NUM_NODES"),
+            per_node=plain_int(environ, "NUM_TRAINERS"),
+            primary=None if primary is None else ("PRIMARY_ADDR", primary),
+        )
 
     def read(self, environ: Mapping[str, str], root: Root) -> Reading:
         """Read the Runpod contract; every variable is required except the two derived ones."""
