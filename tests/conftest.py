@@ -7,8 +7,11 @@ they fail: CI runs as root and must run them.
 
 from __future__ import annotations
 
+import importlib
 import os
+import shutil
 from collections.abc import Iterator, Mapping
+from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
@@ -29,10 +32,35 @@ def in_ci(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def skip_or_fail(reason: str) -> NoReturn:
-    """Skip the test with ``reason``; under ``CI=true`` fail it instead (CI must run it)."""
+    """Skip the test (or, at module level, the module) with ``reason``; under ``CI=true`` fail
+    it instead: CI installs everything the tests use and must run them."""
     if in_ci():
         pytest.fail(f"{reason} (CI=true: this test must run in CI, not skip)", pytrace=False)
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_module(name: str, install: str) -> ModuleType:
+    """Import the optional package (or module) ``name`` a test needs, e.g.
+    ``require_module("deepspeed.launcher.runner", "pip install deepspeed")``.
+
+    The one skip policy for optional packages (Lightning, Accelerate, DeepSpeed, torch): when
+    it cannot be imported the test skips with the reason and the install command, and under
+    ``CI=true`` it fails.
+    """
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        skip_or_fail(f"{name} cannot be imported ({e}): {install}")
+
+
+def require_tool(name: str, install: str) -> str:
+    """The path of the command-line tool ``name`` a test needs, e.g.
+    ``require_tool("fish", "apt-get install fish")``; skips (fails under ``CI=true``) when it is
+    not on ``PATH``."""
+    path = shutil.which(name)
+    if path is None:
+        skip_or_fail(f"{name} is not installed: {install}")
+    return path
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from clusterenv._cli.env import render
 from clusterenv.cli import main
 from clusterenv.testing import HostBuilder
+from tests.conftest import require_tool
 from tests.nccl_hosts import B0_ENV, b0, roce_node
 
 
@@ -105,9 +105,9 @@ def test_sh_quoting_round_trips(value: str) -> None:
     assert result.stdout == value
 
 
-@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
 @pytest.mark.parametrize("value", ["ens1", "a b", "it's", "x\\y"])
 def test_fish_quoting_round_trips(value: str) -> None:
+    require_tool("fish", "apt-get install fish")
     script = render({"CE_TEST": value}, "fish") + " printf '%s' $CE_TEST"
     result = subprocess.run(["fish", "-c", script], capture_output=True, text=True, check=False,
                             timeout=30)

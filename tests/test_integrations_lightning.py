@@ -17,14 +17,11 @@ from typing import Any
 import pytest
 
 from clusterenv.config import ClusterConfig
+from tests.conftest import require_module
 from tests.simcluster import base_env
 from tests.test_config import RUNPOD_NODE1, TORCHRUN_WORKER
 
-lightning_env = pytest.importorskip(
-    "clusterenv.integrations.lightning",
-    reason="Lightning is not installed (pip install lightning)",
-    exc_type=ImportError,
-)
+lightning_env = require_module("clusterenv.integrations.lightning", "pip install lightning")
 ClusterEnvEnvironment = lightning_env.ClusterEnvEnvironment
 
 NODE1 = {**RUNPOD_NODE1, "NUM_TRAINERS": "2", "WORLD_SIZE": "4"}

@@ -35,6 +35,7 @@ from clusterenv.launch import (
     write_deepspeed_env,
 )
 from clusterenv.testing import HostBuilder
+from tests.conftest import require_module
 from tests.simcluster import base_env
 from tests.test_config import RUNPOD, RUNPOD_NODE1, TORCHRUN_WORKER
 
@@ -201,9 +202,7 @@ def test_accelerate_args_for_one_local_process(tmp_path: Path) -> None:
 def test_accelerate_turns_our_arguments_into_the_same_torchrun_rendezvous(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    launch = pytest.importorskip(
-        "accelerate.commands.launch", reason="accelerate is not installed (pip install accelerate)"
-    )
+    launch = require_module("accelerate.commands.launch", "pip install accelerate")
     from accelerate.utils.launch import _filter_args, prepare_multi_gpu_env
     from torch.distributed.run import get_args_parser
 
@@ -241,9 +240,8 @@ def test_deepspeed_args_and_hostfile() -> None:
 
 
 def test_deepspeed_parses_our_arguments_hostfile_and_env_file(tmp_path: Path) -> None:
-    runner = pytest.importorskip(
-        "deepspeed.launcher.runner", reason="deepspeed is not installed (pip install deepspeed)"
-    )
+    runner = require_module("deepspeed.launcher.runner",
+                            "pip install --no-build-isolation deepspeed (after torch)")
     from deepspeed.launcher.multinode_runner import PDSHRunner
 
     cfg = node1_config()
