@@ -89,11 +89,13 @@ MAX_NODES = 64
 #: ``"debian"`` maps it to ``127.0.1.1`` (Debian/Ubuntu images; Gloo then binds loopback),
 #: ``"management"`` to the node's ``eth0`` address (what Docker writes: Gloo binds 172.x),
 #: ``"cluster"`` maps every node's hostname to its ``ens1`` address (a well-configured cluster),
+#: ``"management-all"`` maps every node's hostname to that node's ``eth0`` address (the Runpod
+#: layout: Gloo binds 172.x, and ``PRIMARY_ADDR=node-0`` leads to the primary's ``eth0``),
 #: ``"none"`` leaves it out (``gai error: -2 - Name or service not known``).
-HostsStyle = Literal["debian", "management", "cluster", "none"]
+HostsStyle = Literal["debian", "management", "cluster", "management-all", "none"]
 #: Why the harness killed a command: its deadline passed, or another node of a run failed.
 Killed = Literal["deadline", "peer-failed"]
-_HOSTS_STYLES: tuple[str, ...] = ("debian", "management", "cluster", "none")
+_HOSTS_STYLES: tuple[str, ...] = ("debian", "management", "cluster", "management-all", "none")
 
 # ce-<creator pid>-<6 hex>-<role>: the sweeper removes names whose creator is gone.
 _NETNS_NAME = re.compile(r"^ce-(?P<pid>[0-9]+)-[0-9a-f]{6}-(?:n[0-9]+|sw|probe)$")
@@ -201,6 +203,7 @@ def render_hosts(
     cluster_addr: str,
     management_addr: str,
     peers: Mapping[str, str] | None = None,
+    management_peers: Mapping[str, str] | None = None,
 ) -> str:
     """The ``/etc/hosts`` of one node.
 
@@ -210,6 +213,8 @@ def render_hosts(
         cluster_addr: its ``ens1`` address, e.g. ``"10.65.0.3"``.
         management_addr: its ``eth0`` address, e.g. ``"172.20.0.11"``.
         peers: hostname -> cluster address of every node, used by the ``"cluster"`` style.
+        management_peers: hostname -> ``eth0`` address of every node, used by the
+            ``"management-all"`` style.
 
     Returns:
         The file text, e.g. ``"127.0.0.1\\tlocalhost\\n127.0.1.1\\tnode-1\\n..."``.
@@ -222,6 +227,10 @@ def render_hosts(
     elif style == "cluster":
         everyone = dict(peers or {})
         everyone[hostname] = cluster_addr
+        lines += [f"{addr}\t{name}" for name, addr in everyone.items()]
+    elif style == "management-all":
+        everyone = dict(management_peers or {})
+        everyone[hostname] = management_addr
         lines += [f"{addr}\t{name}" for name, addr in everyone.items()]
     elif style != "none":
         raise ValueError(f"hosts style {style!r}: expected one of {', '.join(_HOSTS_STYLES)}")
@@ -771,12 +780,14 @@ class SimCluster:
         ip, bridge = _tool("ip"), _tool("bridge")
         sw = self.switch
         peers = {node.hostname: node.cluster_addr for node in self.nodes}
+        management_peers = {node.hostname: node.management_addr for node in self.nodes}
         for node in self.nodes:
             etc = _ETC_NETNS / node.netns
             etc.mkdir(parents=True, exist_ok=True)
             (etc / "hosts").write_text(render_hosts(
                 node.hosts, node.hostname, cluster_addr=node.cluster_addr,
-                management_addr=node.management_addr, peers=peers))
+                management_addr=node.management_addr, peers=peers,
+                management_peers=management_peers))
             (etc / "resolv.conf").write_text("")  # no nameserver: lookups fail at once
             if Path("/etc/nsswitch.conf").exists():  # bind mounts need an existing target
                 (etc / "nsswitch.conf").write_text(_NSSWITCH)

@@ -124,10 +124,17 @@ def test_dotenv_quotes_what_needs_it() -> None:
 
 
 def test_doctor_exit_codes_and_strict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    b0(tmp_path)  # warnings only (NCCL_SOCKET_IFNAME unset)
-    assert main(["doctor", "--root", str(tmp_path)]) == 0
-    assert "[socket-ifname-unset]" in capsys.readouterr().out
-    assert main(["doctor", "--root", str(tmp_path), "--strict"]) == 1
+    b0(tmp_path / "plain")  # NCCL_SOCKET_IFNAME unset: NCCL would bootstrap over eth0
+    assert main(["doctor", "--root", str(tmp_path / "plain")]) == 1
+    assert "ERROR   [socket-ifname-unset]" in capsys.readouterr().out
+    socket_vars = {"NCCL_SOCKET_IFNAME": "ens1", "GLOO_SOCKET_IFNAME": "ens1",
+                   "TP_SOCKET_IFNAME": "ens1"}
+    # After `eval "$(clusterenv env)"`, a host name on 127.0.1.1 only matters to c10d: a warning.
+    b0(tmp_path / "applied", environ={**B0_ENV, **socket_vars},
+       hosts="127.0.0.1\tlocalhost\n127.0.1.1\tnode-0\n")
+    assert main(["doctor", "--root", str(tmp_path / "applied")]) == 0
+    assert "WARNING [hostname-loopback]" in capsys.readouterr().out
+    assert main(["doctor", "--root", str(tmp_path / "applied"), "--strict"]) == 1
     capsys.readouterr()
     broken = b0(tmp_path / "broken", environ={**B0_ENV, "NCCL_SOCKET_IFNAME": "eth0"}).root
     assert main(["doctor", "--root", str(broken), "--json"]) == 1

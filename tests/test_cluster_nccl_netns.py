@@ -39,9 +39,15 @@ def test_env_chooses_ens1_and_eval_exports_it(sim_cluster: ClusterFactory) -> No
 def test_doctor_healthy_then_broken(sim_cluster: ClusterFactory) -> None:
     cluster = sim_cluster(2, trainers=2)
     for result in cluster.run_all(lambda node: [*CLI, "doctor"], timeout=60):
+        # Debian-style /etc/hosts: the host name resolves to 127.0.1.1, so Gloo would bind lo,
+        # and NCCL would bootstrap over eth0: a plain launcher started now fails.
+        assert result.returncode == 1, result.describe()
+        assert "ERROR   [gloo-ifname-unset]" in result.stdout, result.describe()
+        assert "ERROR   [socket-ifname-unset]" in result.stdout, result.describe()
+    cli = f"{sys.executable} -m clusterenv"
+    applied = f'eval "$({cli} env)" && {cli} doctor'
+    for result in cluster.run_all(lambda node: ["sh", "-c", applied], timeout=60):
         assert result.returncode == 0, result.describe()
-        # Debian-style /etc/hosts: the host name resolves to 127.0.1.1, so Gloo would bind lo.
-        assert "[gloo-ifname-unset]" in result.stdout, result.describe()
 
     worker = cluster.nodes[1]
     wrong_nic = doctor(worker, NCCL_SOCKET_IFNAME="eth0")

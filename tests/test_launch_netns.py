@@ -119,7 +119,8 @@ def test_plain_torchrun_fails_over_loopback_and_doctor_names_the_hostname(
 
     env = {node.rank: node.env() for node in cluster.nodes}  # nothing set, plan not applied
     for node, node_report in zip(cluster.nodes, doctor(cluster, env), strict=True):
+        assert node_report["code"] == 1, node_report
         gloo = [f for f in node_report["findings"] if f["code"] == "gloo-ifname-unset"]
-        assert gloo, node_report["findings"]
+        assert gloo and gloo[0]["severity"] == "error", node_report["findings"]
         assert f"{node.hostname!r} resolves to 127.0.1.1" in gloo[0]["title"], gloo
         assert "GLOO_SOCKET_IFNAME=ens1" in gloo[0]["fix"], gloo

@@ -35,6 +35,8 @@ PY = sys.executable
         ("debian", ["127.0.1.1\tnode-1"], ["10.65.0.3", "172.20.0.11"]),
         ("management", ["172.20.0.11\tnode-1"], ["127.0.1.1", "10.65.0.3"]),
         ("cluster", ["10.65.0.2\tnode-0", "10.65.0.3\tnode-1"], ["127.0.1.1", "172.20.0.11"]),
+        ("management-all", ["172.20.0.10\tnode-0", "172.20.0.11\tnode-1"],
+         ["127.0.1.1", "10.65.0.3"]),
         ("none", [], ["node-1", "127.0.1.1"]),
     ],
 )
@@ -45,6 +47,7 @@ def test_hosts_file_styles(style: str, present: list[str], absent: list[str]) ->
         cluster_addr="10.65.0.3",
         management_addr="172.20.0.11",
         peers={"node-0": "10.65.0.2", "node-1": "10.65.0.3"},
+        management_peers={"node-0": "172.20.0.10", "node-1": "172.20.0.11"},
     )
     lines = text.splitlines()
     assert lines[0] == "127.0.0.1\tlocalhost"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from clusterenv._resolve import Resolution, from_hosts, system_resolve
 from clusterenv._root import Root
 from clusterenv._routes import route_interface
 from clusterenv.host import ENVIRONMENT
@@ -306,6 +307,22 @@ class Facts:
     def etc_hosts(self) -> dict[str, list[str]]:
         """``/etc/hosts`` under the root, parsed."""
         return parse_hosts("\n".join(self.root.read_lines("etc/hosts")))
+
+    def resolve(self, name: str) -> Resolution:
+        """What ``name`` resolves to for the job: the system resolver on the live host (with a
+        deadline), the snapshot's ``/etc/hosts`` under a snapshot root. Cached per name."""
+        key = name.strip().lower().rstrip(".")
+        cached = self._resolved.get(key)
+        if cached is None:
+            cached = (system_resolve(name.strip()) if self.root.is_live
+                      else from_hosts(name.strip(), self.etc_hosts,
+                                      where="the snapshot's /etc/hosts"))
+            self._resolved[key] = cached
+        return cached
+
+    @cached_property
+    def _resolved(self) -> dict[str, Resolution]:
+        return {}
 
     @property
     def in_torchrun_worker(self) -> bool:

@@ -59,10 +59,10 @@ class CodeInfo:
 CODES: dict[str, CodeInfo] = {
     # -- doctor
     "socket-ifname-unset": CodeInfo(
-        "doctor", "warning", "NCCL_SOCKET_IFNAME is unset and NCCL would not pick the cluster NIC"
+        "doctor", "error", "NCCL_SOCKET_IFNAME is unset and NCCL would not pick the cluster NIC"
     ),
     "gloo-ifname-unset": CodeInfo(
-        "doctor", "warning", "GLOO_SOCKET_IFNAME is unset; the host name is not a cluster address"
+        "doctor", "error", "GLOO_SOCKET_IFNAME is unset; the host name is not a cluster address"
     ),
     "cluster-interface-down": CodeInfo("doctor", "error", "The cluster interface is down"),
     "cluster-interface-no-ipv4": CodeInfo(
@@ -138,6 +138,12 @@ CODES: dict[str, CodeInfo] = {
     # -- doctor
     "primary-addr-management": CodeInfo(
         "doctor", "error", "The rendezvous address is a management address"
+    ),
+    "primary-name-unresolvable": CodeInfo(
+        "doctor", "error", "The rendezvous host name does not resolve"
+    ),
+    "primary-name-unverified": CodeInfo(
+        "doctor", "warning", "The rendezvous host name could not be resolved here"
     ),
     "primary-route-management": CodeInfo(
         "doctor", "error", "The route to the rendezvous address uses the management interface"

@@ -10,9 +10,11 @@ matched; elsewhere the same rules run on evidence alone.
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 
 from clusterenv._facts import Facts
-from clusterenv.findings import Finding
+from clusterenv._resolve import Resolution
+from clusterenv.findings import Finding, Severity
 from clusterenv.nccl.interface import (
     nccl_default_choice,
     planned_socket_ifname,
@@ -20,12 +22,17 @@ from clusterenv.nccl.interface import (
 )
 from clusterenv.sources import runpod
 
-__all__ = ["lookup_hostname", "network_checks"]
-
+__all__ = ["GlooBinding", "gloo_binding", "network_checks"]
 
 
 def _socket_unset(facts: Facts) -> list[Finding]:
-    """FM-01 / FM-15: NCCL_SOCKET_IFNAME unset, and NCCL's own choice is not the cluster NIC."""
+    """FM-01 / FM-15: NCCL_SOCKET_IFNAME unset, and NCCL's own choice is not the cluster NIC.
+
+    An error when NCCL would bootstrap over an interface that must not carry cluster traffic
+    (management, loopback, link-local only): the job then hangs or fails for certain. A warning
+    when it would bootstrap over another routable interface, or also use such an interface for
+    its socket transport (slower, or may fail).
+    """
     if facts.user_value("NCCL_SOCKET_IFNAME") is not None:
         return []
     chosen = nccl_default_choice(facts)
@@ -41,8 +48,12 @@ def _socket_unset(facts: Facts) -> list[Finding]:
 
     if not chosen:
         return []
+    severity: Severity = "warning"
     if chosen[0] != cluster_name and why(chosen[0]) is not None:
         title = f"NCCL_SOCKET_IFNAME is unset: NCCL would bootstrap over {why(chosen[0])}"
+        if chosen[0] in facts.avoid:
+            severity = "error"
+            title += ": the other nodes cannot reach it, so the job hangs in ncclCommInitRank"
     else:
         extra = [text for name in chosen[1:] if (text := why(name)) is not None]
         if not extra:
@@ -57,52 +68,100 @@ def _socket_unset(facts: Facts) -> list[Finding]:
             f"order: {', '.join(facts.kernel_order) or 'none'}",
             f"cluster interface: {facts.cluster_choice[1]}",
         ),
-        f"export NCCL_SOCKET_IFNAME={planned_socket_ifname(facts, fix_name)}  "
-        "(or: eval \"$(clusterenv env)\")" if fix_name else
+        f"export NCCL_SOCKET_IFNAME={planned_socket_ifname(facts, fix_name)}, or "
+        f"{_PLAN_FIX}" if fix_name else
         "export NCCL_SOCKET_IFNAME=<the cluster interface>",
+        severity=severity,
     )]
 
 
-def lookup_hostname(facts: Facts) -> tuple[str, list[str]] | None:
+#: The fix for every socket variable the plan sets.
+_PLAN_FIX = 'eval "$(clusterenv env)" in this shell, or start the job with `clusterenv launch`'
+
+
+@dataclass(frozen=True, slots=True)
+class GlooBinding:
+    """What Gloo binds with ``GLOO_SOCKET_IFNAME`` unset, and how that was found out.
+
+    torch resolves the host name and binds the first address that can be bound (one of this
+    node's, or loopback); when none can, it warns ``Unable to resolve hostname to a (local)
+    address`` and binds 127.0.0.1.
+
+    Attributes:
+        hostname: This node's host name, e.g. ``"node-1"``.
+        resolution: What the name resolved to.
+        address: The address Gloo binds, e.g. ``"172.20.0.11"``; None when unknown.
+        fallback: Whether that is torch's loopback fallback.
+    """
+
+    hostname: str
+    resolution: Resolution
+    address: str | None
+    fallback: bool
+
+
+def gloo_binding(facts: Facts) -> GlooBinding | None:
+    """What Gloo would bind on this node, or None without a host name."""
     hostname = facts.hostname
     if not hostname:
         return None
-    return hostname, facts.etc_hosts.get(hostname.lower().rstrip("."), [])
+    resolution = facts.resolve(hostname)
+    if resolution.status == "unknown":
+        return GlooBinding(hostname, resolution, None, False)
+    for text in resolution.addresses:
+        ip = ipaddress.ip_address(text)
+        if ip.is_loopback or facts.network.owner_of(ip) is not None:
+            return GlooBinding(hostname, resolution, text, False)
+    return GlooBinding(hostname, resolution, "127.0.0.1", True)
 
 
 def _gloo_unset(facts: Facts) -> list[Finding]:
-    """FM-10: GLOO_SOCKET_IFNAME unset, and the host name does not lead to the cluster NIC."""
+    """FM-10: GLOO_SOCKET_IFNAME unset, and the host name does not lead to the cluster NIC.
+
+    An error when Gloo would certainly bind loopback or an interface that must not carry
+    cluster traffic; a warning when it binds another interface or the name could not be
+    resolved here.
+    """
     if facts.user_value("GLOO_SOCKET_IFNAME") is not None:
         return []
-    looked_up = lookup_hostname(facts)
-    if looked_up is None:
+    binding = gloo_binding(facts)
+    if binding is None:
         return []
-    hostname, addresses = looked_up
+    hostname, resolution = binding.hostname, binding.resolution
     cluster = facts.cluster_interface
     fix_name = usable_cluster_interface(facts)
-    fix = (f"export GLOO_SOCKET_IFNAME={fix_name}  (or: eval \"$(clusterenv env)\")"
+    fix = (f"export GLOO_SOCKET_IFNAME={fix_name}, or {_PLAN_FIX}"
            if fix_name else "export GLOO_SOCKET_IFNAME=<the cluster interface>")
     head = "GLOO_SOCKET_IFNAME is unset and"
-    if not addresses:
-        title = (f"{head} the host name {hostname!r} is not in /etc/hosts: Gloo resolves it "
-                 "through DNS and falls back to the loopback address when that fails")
-        evidence: tuple[str, ...] = (f"hostname: {hostname}", "/etc/hosts has no entry for it")
+    evidence: tuple[str, ...] = (f"hostname: {hostname}", resolution.describe())
+    severity: Severity = "error"
+    if binding.address is None:
+        severity = "warning"
+        title = (f"{head} the host name {hostname!r} could not be resolved here "
+                 f"({resolution.error}): Gloo binds whatever it resolves to, and falls back to "
+                 "the loopback address when that fails")
+    elif binding.fallback:
+        found = (f"resolves to {', '.join(resolution.addresses)}, none of them an address of "
+                 "this node" if resolution.addresses else f"does not resolve ({resolution.error})")
+        title = (f"{head} the host name {hostname!r} {found}: Gloo falls back to 127.0.0.1 "
+                 "and the other nodes cannot connect (Gloo connectFullMesh failed)")
+    elif ipaddress.ip_address(binding.address).is_loopback:
+        title = (f"{head} {hostname!r} resolves to {binding.address} ({resolution.via}): Gloo "
+                 "will bind loopback and the other nodes cannot connect (Gloo connectFullMesh "
+                 "failed)")
     else:
-        first = ipaddress.ip_address(addresses[0])
-        owner = facts.network.owner_of(first) if not first.is_loopback else None
-        if first.is_loopback:
-            title = (f"{head} {hostname!r} resolves to {first} in /etc/hosts: Gloo will bind "
-                     "loopback and peers cannot connect")
-        elif cluster is None or (owner is not None and owner.name == cluster.name):
+        owner = facts.network.owner_of(binding.address)
+        if owner is None or cluster is None or owner.name == cluster.name:
             return []
-        else:
-            where = facts.describe(owner.name) if owner else f"{first} (not an address here)"
-            extra = facts.avoid.get(owner.name, "") if owner else ""
-            title = (f"{head} {hostname!r} resolves to {where}{', ' + extra if extra else ''}: "
-                     f"Gloo will not use the cluster interface {cluster.name}")
-        evidence = (f"hostname: {hostname}", f"/etc/hosts: {hostname} -> "
-                    f"{', '.join(addresses)}")
-    return [Finding.of("gloo-ifname-unset", title, evidence, fix)]
+        risk = facts.avoid.get(owner.name)
+        if risk is None:
+            severity = "warning"
+        title = (f"{head} {hostname!r} resolves to {facts.describe(owner.name)}"
+                 f"{', ' + risk if risk else ''}: Gloo will not use the cluster interface "
+                 f"{cluster.name}")
+        if risk is not None:
+            title += ", and the other nodes cannot reach it"
+    return [Finding.of("gloo-ifname-unset", title, evidence, fix, severity=severity)]
 
 
 def _cluster_interface_state(facts: Facts) -> list[Finding]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import ipaddress
 
 from clusterenv._facts import Facts
-from clusterenv.diagnosis.network import lookup_hostname
 from clusterenv.findings import Finding
 from clusterenv.nccl.interface import primary_variable
 from clusterenv.network import route_interface
 from clusterenv.sources import runpod
+from clusterenv.sources._base import is_loopback_host, parse_host, split_host_port
 
 __all__ = ["FRAMEWORK_HOST_IPS", "rendezvous_checks"]
 
@@ -24,19 +24,21 @@ FRAMEWORK_HOST_IPS = ("VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS")
 
 def _hostname_loopback(facts: Facts) -> list[Finding]:
     """FM-13: the host name resolves to loopback, which a c10d rendezvous would advertise."""
-    looked_up = lookup_hostname(facts)
-    if looked_up is None or not looked_up[1]:
+    hostname = facts.hostname
+    if not hostname:
         return []
-    hostname, addresses = looked_up
-    first = ipaddress.ip_address(addresses[0])
+    resolution = facts.resolve(hostname)
+    if not resolution.addresses:
+        return []
+    first = ipaddress.ip_address(resolution.addresses[0])
     if not first.is_loopback:
         return []
     variable = primary_variable(facts)
     return [Finding.of(
         "hostname-loopback",
-        f"host name {hostname!r} resolves to {first} (/etc/hosts): torchrun's c10d rendezvous "
-        "and socket.getfqdn() would hand other nodes a loopback address",
-        (f"/etc/hosts: {hostname} -> {', '.join(addresses)}",),
+        f"host name {hostname!r} resolves to {first} ({resolution.via}): torchrun's c10d "
+        "rendezvous and socket.getfqdn() would hand other nodes a loopback address",
+        (resolution.describe(),),
         f"use a static rendezvous on the IP address: torchrun --rdzv-backend=static "
         f"--master-addr=${variable} (clusterenv launch does), or map {hostname} to this "
         "node's cluster address in /etc/hosts",
@@ -47,66 +49,142 @@ def _route_table_present(facts: Facts, version: int) -> bool:
     return facts.root.exists("proc/net/route" if version == 4 else "proc/net/ipv6_route")
 
 
-def _primary_address(facts: Facts) -> list[Finding]:
-    """FM-14: the rendezvous address is a management address, or is reached the wrong way."""
-    out: list[Finding] = []
+#: The variables that name the rendezvous host, in the order they are judged.
+_PRIMARY_VARIABLES = ("PRIMARY_ADDR", "MASTER_ADDR", "HOST_NODE_ADDR")
+
+
+def _primary_hosts(facts: Facts) -> list[tuple[str, str]]:
+    """``(variable, host)`` for each rendezvous variable that names a host, each host once;
+    e.g. ``[("PRIMARY_ADDR", "node-0")]``. Garbled values are the config checks' business."""
+    out: list[tuple[str, str]] = []
     seen: set[str] = set()
-    for variable in ("PRIMARY_ADDR", "MASTER_ADDR"):
-        text = facts.environ.get(variable, "").strip().strip("[]")
-        try:
-            ip = ipaddress.ip_address(text)
-        except ValueError:
+    for variable in _PRIMARY_VARIABLES:
+        text = facts.environ.get(variable, "").strip()
+        if not text:
             continue
-        if str(ip) in seen or ip.is_loopback:
+        if variable == "HOST_NODE_ADDR":
+            split = split_host_port(text)
+            host = split[0] if split is not None else None
+        else:
+            host = parse_host(text)
+        if host is None or host in seen:
             continue
-        seen.add(str(ip))
-        cluster = facts.cluster_interface
-        if facts.runpod and runpod.is_management(address=str(ip)):
-            where = (f"the primary node's address on {cluster.name} "
-                     f"({cluster.ipv4[0].network if cluster.ipv4 else 'the cluster network'})"
-                     if cluster else "the primary node's ens1 address")
-            out.append(Finding.of(
-                "primary-addr-management",
-                f"{variable}={ip} is a Runpod management address (172.16.0.0/12, eth0): "
-                "other nodes cannot reach it and the rendezvous times out",
-                (f"{variable}={ip}", "Runpod: 172.x addresses are for internet traffic only"),
-                f"export {variable}=<{where}>; Runpod sets PRIMARY_ADDR on ens1, so keep "
-                "the value it set instead of `hostname -I`",
-            ))
-            continue
-        if facts.network.owner_of(ip) is not None or not _route_table_present(facts, ip.version):
-            continue
-        route = route_interface(ip, root=facts.root)
-        evidence = (f"{variable}={ip}",
-                    f"route to {ip}: {'via ' + route if route else 'none'}",
-                    f"cluster interface: {facts.cluster_choice[1]}")
-        if route is None:
-            out.append(Finding.of(
-                "primary-unreachable",
-                f"no route to {variable}={ip}: the kernel's routing table has no entry for it",
-                evidence, f"check {variable}, or the cluster network (`ip route get {ip}`)",
-            ))
-            continue
-        interface = facts.network.get(route)
-        management = facts.management_reason(interface) if interface else None
-        if facts.runpod and (management or runpod.is_management(interface=route)):
-            out.append(Finding.of(
-                "primary-route-management",
-                f"the route to {variable}={ip} leaves via {facts.describe(route)}, "
-                f"{management or 'Runpod management'}: the rendezvous will time out",
-                evidence,
-                f"use the primary's address on the cluster network for {variable} "
-                "(the value Runpod set), so that it is reached over ens1",
-            ))
-        elif cluster is not None and route != cluster.name:
-            out.append(Finding.of(
-                "primary-route-not-cluster",
-                f"the route to {variable}={ip} leaves via {facts.describe(route)}, not the "
-                f"cluster interface {facts.describe(cluster.name)}",
-                evidence,
-                f"set {variable} to the primary's address on the subnet of {cluster.name}",
-            ))
+        seen.add(host)
+        out.append((variable, host))
     return out
+
+
+def _cluster_placeholder(facts: Facts) -> str:
+    """``<the primary node's address on ens1 (10.65.0.0/24)>``, from what this node shows."""
+    cluster = facts.cluster_interface
+    if cluster is None or facts.management_reason(cluster) is not None:
+        where = "ens1" if facts.runpod else "cluster"
+        return f"<the primary node's {where} address>"
+    network = f" ({cluster.ipv4[0].network})" if cluster.ipv4 else ""
+    return f"<the primary node's address on {cluster.name}{network}>"
+
+
+def _primary_address(facts: Facts) -> list[Finding]:
+    """FM-14: the rendezvous host is a management address, does not resolve, or is reached the
+    wrong way. A host name is resolved first (system resolver, short deadline) and its address
+    judged exactly like a literal one."""
+    out: list[Finding] = []
+    judged: set[str] = set()
+    for variable, host in _primary_hosts(facts):
+        if is_loopback_host(host):
+            continue  # config-loopback-primary says it
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            if str(ip) not in judged:
+                judged.add(str(ip))
+                out += _judge_primary_ip(facts, variable, ip, f"{variable}={ip}", ())
+            continue
+        resolution = facts.resolve(host)
+        if resolution.status == "unresolvable":
+            out.append(Finding.of(
+                "primary-name-unresolvable",
+                f"{variable}={host} does not resolve ({resolution.error}): torchrun cannot "
+                "find the rendezvous and every node fails at start",
+                (f"{variable}={facts.environ.get(variable, '')!r}", resolution.describe()),
+                f"export {variable}={_cluster_placeholder(facts)}, or make {host} resolve on "
+                "every node (/etc/hosts)",
+            ))
+            continue
+        if resolution.status == "unknown":
+            out.append(Finding.of(
+                "primary-name-unverified",
+                f"{variable}={host} could not be resolved here ({resolution.error}): clusterenv "
+                "cannot check where the rendezvous goes",
+                (f"{variable}={facts.environ.get(variable, '')!r}", resolution.describe()),
+                f"export {variable}={_cluster_placeholder(facts)} (an IP address needs no "
+                "resolver), or check that the name resolves: getent hosts " + host,
+            ))
+            continue
+        first = ipaddress.ip_address(resolution.addresses[0])
+        if str(first) in judged or first.is_loopback:
+            continue
+        judged.add(str(first))
+        out += _judge_primary_ip(facts, variable, first,
+                                 f"{variable}={host} (resolves to {first})",
+                                 (resolution.describe(),))
+    return out
+
+
+def _judge_primary_ip(
+    facts: Facts,
+    variable: str,
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address,
+    shown: str,
+    resolved: tuple[str, ...],
+) -> list[Finding]:
+    """The checks of one rendezvous address; ``shown`` is how the title names it, e.g.
+    ``"PRIMARY_ADDR=node-0 (resolves to 172.20.0.10)"``."""
+    cluster = facts.cluster_interface
+    given = (f"{variable}={facts.environ.get(variable, '')!r}", *resolved)
+    if facts.runpod and runpod.is_management(address=str(ip)):
+        return [Finding.of(
+            "primary-addr-management",
+            f"{shown} is a Runpod management address (172.16.0.0/12, eth0): other nodes "
+            "cannot reach it and the rendezvous times out",
+            (*given, "Runpod: 172.x addresses are for internet traffic only"),
+            f"export {variable}={_cluster_placeholder(facts)}; Runpod sets PRIMARY_ADDR on "
+            "ens1, so keep the value it set instead of `hostname -I` or a host name",
+        )]
+    if facts.network.owner_of(ip) is not None or not _route_table_present(facts, ip.version):
+        return []
+    route = route_interface(ip, root=facts.root)
+    evidence = (*given,
+                f"route to {ip}: {'via ' + route if route else 'none'}",
+                f"cluster interface: {facts.cluster_choice[1]}")
+    if route is None:
+        return [Finding.of(
+            "primary-unreachable",
+            f"no route to {shown}: the kernel's routing table has no entry for it",
+            evidence, f"check {variable}, or the cluster network (`ip route get {ip}`)",
+        )]
+    interface = facts.network.get(route)
+    management = facts.management_reason(interface) if interface else None
+    if facts.runpod and (management or runpod.is_management(interface=route)):
+        return [Finding.of(
+            "primary-route-management",
+            f"the route to {shown} leaves via {facts.describe(route)}, "
+            f"{management or 'Runpod management'}: the rendezvous will time out",
+            evidence,
+            f"use the primary's address on the cluster network for {variable} "
+            "(the value Runpod set), so that it is reached over ens1",
+        )]
+    if cluster is not None and route != cluster.name:
+        return [Finding.of(
+            "primary-route-not-cluster",
+            f"the route to {shown} leaves via {facts.describe(route)}, not the "
+            f"cluster interface {facts.describe(cluster.name)}",
+            evidence,
+            f"set {variable} to the primary's address on the subnet of {cluster.name}",
+        )]
+    return []
 
 
 def _node_addr(facts: Facts) -> list[Finding]:

@@ -159,6 +159,8 @@ def _check_primary_is_rank_zero(env: EnvReader, fields: dict[str, object]) -> No
     node_addr, primary, rank = fields["node_addr"], fields["primary_addr"], fields["node_rank"]
     if not isinstance(node_addr, str) or not isinstance(primary, str) or not isinstance(rank, int):
         return
+    if not _is_ip(primary):
+        return  # a host name: doctor resolves it and judges the address
     if parse_host(primary) != node_addr:
         if rank == 0:
             env.problem(
@@ -177,3 +179,11 @@ def _check_primary_is_rank_zero(env: EnvReader, fields: dict[str, object]) -> No
             "export NODE_RANK=0 on the primary node",
             "config-primary-rank",
         )
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
