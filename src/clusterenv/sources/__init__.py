@@ -18,7 +18,9 @@ from clusterenv.sources.deepspeed import DeepSpeedSource
 from clusterenv.sources.generic import GenericSource
 from clusterenv.sources.lightning import LightningSource
 from clusterenv.sources.local import LocalSource
+from clusterenv.sources.mpi import MpiSource
 from clusterenv.sources.runpod import RunpodSource
+from clusterenv.sources.slurm import SlurmSource
 from clusterenv.sources.torchelastic import TorchElasticSource
 from clusterenv.sources.worker import AzureMLSource, RaySource, WorkerSource
 
@@ -55,6 +57,8 @@ SOURCES: tuple[Source, ...] = (
     AzureMLSource(),
     WorkerSource(),
     LightningSource(),
+    MpiSource(),
+    SlurmSource(),
     RunpodSource(),
     GenericSource(),
     LocalSource(),

@@ -10,8 +10,9 @@ same checks to all of them, naming the variables of the launcher that set them:
 - every node runs the same number of processes: the world size is the node count times the
   local size (with the node count given, e.g. ``GROUP_WORLD_SIZE``, an uneven layout is caught
   on every node, not only on the one whose local size does not divide the world size);
-- a node index derived as ``rank // local size`` is only trusted when ranks sit in blocks on
-  each node (``rank % local size == local rank``); round-robin placement is refused.
+- ranks sit in blocks on each node (``rank == node index x local size + local rank``): a node
+  index derived as ``rank // local size`` needs it, and ``ClusterConfig.global_ranks`` assumes
+  it; round-robin placement is refused.
 """
 
 from __future__ import annotations
@@ -113,6 +114,24 @@ def finish_worker(
             )
         else:
             node_rank = (f"{rank[0]} // {local_world[0]}", rank[1] // local_world[1])
+    elif (
+        node_rank is not None
+        and rank is not None
+        and local_rank is not None
+        and local_world is not None
+        and nodes is not None
+        and rank[1] != node_rank[1] * local_world[1] + local_rank[1]
+        and not env.reading.problems
+    ):
+        env.problem(
+            _variables(rank[0], node_rank[0], local_world[0], local_rank[0]),
+            f"{rank[0]}={rank[1]} is not {node_rank[0]}={node_rank[1]} x {local_world[0]}="
+            f"{local_world[1]} + {local_rank[0]}={local_rank[1]}: consecutive ranks are not on "
+            "the same node, and every node's list of ranks would be wrong",
+            "place consecutive ranks on the same node (srun --distribution=block, "
+            "mpirun --map-by slot)",
+            "config-rank-layout",
+        )
     fields["node_rank"] = None if node_rank is None else node_rank[1]
     fields["num_nodes"] = nodes
     fields["num_trainers"] = None if local_world is None else local_world[1]
