@@ -5,29 +5,53 @@ snapshot is ``Root("/path/to/snapshot")``. Missing or unreadable files are an em
 an exception: sysfs is full of files that exist but fail to read (``EINVAL`` on empty GID slots,
 ``speed`` of a link that is down). Only a root that cannot be read at all is a
 :class:`~clusterenv.errors.DiscoveryError`.
+
+A snapshot root has chroot semantics: nothing is ever read outside it. Every path, and the
+target of every symbolic link met on the way (absolute or relative), is resolved inside the root
+component by component; a link that would climb above the root, or links that loop, make the
+path read as missing. Only regular files are read, at most a bounded number of bytes each; a
+FIFO, socket or device in a snapshot is skipped and noted (:attr:`Root.notes`), never opened
+in a way that could block. ``host.json`` has its own size cap. The live host (``/``) is read as
+it is, with the same regular-file rule.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from clusterenv._text import escape_tree
 from clusterenv.errors import DiscoveryError
 
-__all__ = ["HOST_JSON", "SNAPSHOT_FORMAT", "Root", "as_root", "natural_key"]
+__all__ = [
+    "HOST_JSON",
+    "MAX_HOST_JSON_BYTES",
+    "SNAPSHOT_FORMAT",
+    "Root",
+    "as_root",
+    "natural_key",
+]
 
 #: Where a snapshot keeps what is not a file (addresses, limits, environment), relative to its root.
 HOST_JSON = ".clusterenv/host.json"
 #: The snapshot format version this release writes and reads.
 SNAPSHOT_FORMAT = 1
+#: Largest ``host.json`` read (a real one is a few KiB); a bigger one is refused.
+MAX_HOST_JSON_BYTES = 4 * 1024 * 1024
 
 # A sysfs attribute is one short line; anything bigger is garbage we refuse to hold in memory.
 _MAX_ATTRIBUTE_BYTES = 64 * 1024
+# Symbolic links followed while resolving one path, as the kernel's MAXSYMLINKS.
+_MAX_LINKS = 40
+_MAX_NOTES = 64
 _DIGIT_RUNS = re.compile(r"\d+|\D+")
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 
 
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
@@ -36,17 +60,34 @@ def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _DIGIT_RUNS.findall(name))
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
 class Root:
     """A filesystem root that detection reads from: ``/`` for the live host, or a snapshot.
 
     Args:
         path: The directory that stands for ``/``.
 
+    Attributes:
+        path: The directory given, e.g. ``PosixPath('node0-snapshot')``.
+        notes: What was skipped while reading a snapshot, one line each, e.g.
+            ``"skipped sys/class/net/eth0/mtu: a FIFO, not a regular file"`` (at most 64).
+
     Raises:
         DiscoveryError: When ``path`` is not a readable directory, or its ``host.json`` is garbled.
     """
 
-    __slots__ = ("_host", "path")
+    __slots__ = ("_dirs", "_host", "_real", "notes", "path")
 
     def __init__(self, path: str | os.PathLike[str] = "/"):
         self.path = Path(path)
@@ -62,7 +103,13 @@ class Root:
                 "check its permissions or run as a user that can read it",
                 path=str(self.path),
             )
+        # The root directory itself is the user's choice and trusted; what is under it is not.
+        self._real = os.path.realpath(self.path)
         self._host: dict[str, Any] | None = None
+        # Resolved directories: the path as asked (e.g. "sys/class/net/eth0") -> the real path
+        # under the root ("sys/devices/.../net/eth0"), or None when it leaves the root.
+        self._dirs: dict[str, str | None] = {"": ""}
+        self.notes: list[str] = []
 
     def __repr__(self) -> str:
         return f"Root({str(self.path)!r})"
@@ -70,32 +117,185 @@ class Root:
     @property
     def is_live(self) -> bool:
         """True when this root is the running host (``/``), not a snapshot."""
-        return self.path == Path("/")
+        return self._real == "/"
+
+    # -- resolving inside the root ------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes and len(self.notes) < _MAX_NOTES:
+            self.notes.append(text)
+
+    def _host_path(self, real: str) -> str:
+        return f"{self._real.rstrip('/')}/{real}" if real else self._real
+
+    def _walk(self, asked: str, done: list[str], todo: list[str], follow_last: bool) -> str | None:
+        """Resolve the components ``todo`` (reversed: the next one last) below the real
+        components ``done``, following links inside the root; the real relative path or None."""
+        links = 0
+        while todo:
+            part = todo.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not done:
+                    self._note(f"skipped {asked}: a path or link leaves the snapshot")
+                    return None
+                done.pop()
+                continue
+            full = self._host_path("/".join((*done, part)))
+            try:
+                mode = os.lstat(full).st_mode
+            except (OSError, ValueError):
+                if todo:
+                    return None
+                done.append(part)  # a missing last component: the caller finds it missing
+                break
+            if stat.S_ISLNK(mode) and (todo or follow_last):
+                links += 1
+                if links > _MAX_LINKS:
+                    self._note(f"skipped {asked}: too many levels of symbolic links")
+                    return None
+                try:
+                    target = os.readlink(full)
+                except (OSError, ValueError):
+                    return None
+                if target.startswith("/"):
+                    done = []  # an absolute target starts again at the root, as in a chroot
+                todo.extend(reversed(target.split("/")))
+                continue
+            if todo and not stat.S_ISDIR(mode):
+                return None
+            done.append(part)
+        return "/".join(done)
+
+    def _directory(self, relative: str) -> str | None:
+        """The real path of directory ``relative`` (cached: detection reads many files per
+        directory), or None when it leaves the root."""
+        if relative in self._dirs:
+            return self._dirs[relative]
+        head, _, name = relative.rpartition("/")
+        parent = self._directory(head)
+        real = None
+        if parent is not None:
+            real = self._walk(relative, parent.split("/") if parent else [], [name], True)
+        if len(self._dirs) < 65536:
+            self._dirs[relative] = real
+        return real
+
+    def locate(self, relative: str, *, follow: bool = True) -> str | None:
+        """The host path that stands for ``relative`` (spelled from ``/``) under the root.
+
+        On a snapshot every link on the way is resolved inside the root (the last component
+        too unless ``follow`` is false); None when the path would leave the root, links loop,
+        or a directory on the way is missing. On the live host the path itself.
+        """
+        clean = relative.strip("/")
+        if self._real == "/":
+            return f"/{clean}"
+        head, _, name = clean.rpartition("/")
+        parent = self._directory(head)
+        if parent is None:
+            return None
+        if name in ("", ".", ".."):
+            real = self._walk(clean, parent.split("/") if parent else [], [name], follow)
+        else:
+            real = f"{parent}/{name}" if parent else name
+            if follow and os.path.islink(self._host_path(real)):
+                real = self._walk(clean, parent.split("/") if parent else [], [name], True)
+        return None if real is None else self._host_path(real)
 
     def join(self, relative: str) -> Path:
-        """The path of ``relative`` (spelled from ``/``, e.g. ``sys/class/net``) under the root."""
-        return self.path / relative.lstrip("/")
+        """Like :meth:`locate`, as a ``Path``; a path that leaves the root gives a path that
+        does not exist (so callers that only test or open it find nothing)."""
+        located = self.locate(relative)
+        if located is None:
+            return Path(self._real, ".clusterenv", "outside-the-root", "missing")
+        return Path(located)
 
-    def read(self, relative: str) -> str | None:
+    # -- reading --------------------------------------------------------------------------------
+
+    def _open_regular(self, relative: str) -> int | None:
+        """A read-only descriptor of the regular file ``relative``, or None (noting why when
+        it is something that must not be read: a FIFO, socket or device)."""
+        clean = relative.strip("/")
+        if self._real == "/":
+            path: str = f"/{clean}"
+            flags = _OPEN_FLAGS
+        else:
+            head, _, name = clean.rpartition("/")
+            parent = self._directory(head)
+            if parent is None or name in ("", ".", ".."):
+                return None
+            path = self._host_path(f"{parent}/{name}" if parent else name)
+            flags = _OPEN_FLAGS | os.O_NOFOLLOW
+        try:
+            fd = os.open(path, flags)
+        except OSError as e:
+            if e.errno != errno.ELOOP or self._real == "/":  # the last component is a link
+                return None
+            located = self.locate(clean)
+            if located is None:
+                return None
+            try:
+                fd = os.open(located, flags)
+            except OSError:
+                return None
+        except ValueError:  # a NUL in the path
+            return None
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            os.close(fd)
+            return None
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            if not stat.S_ISDIR(mode):
+                self._note(f"skipped {clean}: {_kind(mode)}, not a regular file")
+            return None
+        return fd
+
+    def read_bytes(
+        self, relative: str, *, max_bytes: int = _MAX_ATTRIBUTE_BYTES, truncate: bool = False
+    ) -> bytes | None:
+        """The bytes of a regular file, or None when it is missing, unreadable, not a regular
+        file, or larger than ``max_bytes`` (with ``truncate``, its first ``max_bytes``)."""
+        fd = self._open_regular(relative)
+        if fd is None:
+            return None
+        try:
+            chunks = []
+            left = max_bytes + 1
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            if not truncate:
+                return None
+            data = data[:max_bytes]
+        return data
+
+    def read(self, relative: str, *, max_bytes: int = _MAX_ATTRIBUTE_BYTES) -> str | None:
         """The stripped text of a file, or None when it is missing, unreadable or not text.
 
         Reading never raises: sysfs answers ``EINVAL`` for empty GID slots and ``speed`` of a
         link that is down, and a snapshot may hold a directory where a file is expected.
         """
-        text = self.read_raw(relative)
+        text = self.read_raw(relative, max_bytes=max_bytes)
         return None if text is None else text.strip()
 
     def read_raw(self, relative: str, *, max_bytes: int = _MAX_ATTRIBUTE_BYTES) -> str | None:
         """The whole text of a file, unstripped, or None when it is missing, unreadable or
         larger than ``max_bytes`` (a config file keeps its trailing blanks)."""
-        try:
-            with open(self.join(relative), "rb") as handle:
-                data = handle.read(max_bytes + 1)
-        except (OSError, ValueError):
-            return None
-        if len(data) > max_bytes:
-            return None
-        return data.decode("utf-8", errors="replace")
+        data = self.read_bytes(relative, max_bytes=max_bytes)
+        return None if data is None else data.decode("utf-8", errors="replace")
 
     def read_lines(self, relative: str) -> list[str]:
         """The lines of a text file (for ``/proc`` files and configs), or ``[]`` when unreadable."""
@@ -104,25 +304,37 @@ class Root:
 
     def listdir(self, relative: str) -> list[str]:
         """Sorted entry names of a directory, or ``[]`` when it is missing or unreadable."""
+        path = self.locate(relative)
+        if path is None:
+            return []
         try:
-            return sorted(os.listdir(self.join(relative)))
+            return sorted(os.listdir(path))
         except (OSError, ValueError):
             return []
 
     def exists(self, relative: str) -> bool:
         """Whether ``relative`` exists under the root (a dangling sysfs link counts as existing)."""
-        path = self.join(relative)
-        return path.exists() or path.is_symlink()
+        path = self.locate(relative, follow=False)
+        return path is not None and os.path.lexists(path)
 
     def is_dir(self, relative: str) -> bool:
         """Whether ``relative`` is a directory (or a link to one) under the root."""
-        return self.join(relative).is_dir()
+        path = self.locate(relative)
+        return path is not None and os.path.isdir(path)
+
+    def is_file(self, relative: str) -> bool:
+        """Whether ``relative`` is a regular file (or a link to one) under the root."""
+        path = self.locate(relative)
+        return path is not None and os.path.isfile(path)
 
     def link_name(self, relative: str) -> str | None:
         """The last component of a symbolic link's target, e.g. ``bond0`` for a ``master``
         link to ``../bond0``; None when ``relative`` is no link or names no entry."""
+        path = self.locate(relative, follow=False)
+        if path is None:
+            return None
         try:
-            target = os.readlink(self.join(relative))
+            target = os.readlink(path)
         except (OSError, ValueError):
             return None
         name = os.path.basename(target.rstrip("/"))
@@ -132,13 +344,14 @@ class Root:
         """Whether a device node opens read-write, as libibverbs opens ``/dev/infiniband``'s.
 
         On the live host the node is opened (a device cgroup that hides it refuses it here);
-        a snapshot records device nodes as empty files, so there any non-directory counts.
+        a snapshot records device nodes as empty files, so there any non-directory counts
+        (and nothing in it is ever opened).
         """
-        path = self.join(relative)
         if not self.is_live:
-            return os.path.lexists(path) and not os.path.isdir(path)
+            path = self.locate(relative, follow=False)
+            return path is not None and os.path.lexists(path) and not self.is_dir(relative)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = os.open(f"/{relative.strip('/')}", os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
         except (OSError, ValueError):
             return False
         os.close(fd)
@@ -149,10 +362,11 @@ class Root:
         """The snapshot's ``.clusterenv/host.json`` as a mapping; empty on the live host.
 
         Raises:
-            DiscoveryError: When the file exists but is not a JSON object of a known format.
+            DiscoveryError: When the file exists but is not a JSON object of a known format,
+                is not a regular file, or is larger than :data:`MAX_HOST_JSON_BYTES`.
         """
         if self._host is None:
-            self._host = _load_host_json(self.join(HOST_JSON))
+            self._host = self._load_host_json()
         return self._host
 
     def recorded_environ(self) -> dict[str, str] | None:
@@ -162,38 +376,51 @@ class Root:
             return None
         return {str(k): str(v) for k, v in environ.items()}
 
+    def _load_host_json(self) -> dict[str, Any]:
+        shown = str(self.path / HOST_JSON)
+        located = self.locate(HOST_JSON)
+        if located is None or not os.path.lexists(located):
+            return {}
+        try:
+            mode = os.stat(located).st_mode
+        except OSError as e:
+            raise DiscoveryError(
+                f"cannot read {shown!r}: {e.strerror or e}; fix its permissions or recapture "
+                "the snapshot with `clusterenv capture DIR`", path=shown) from e
+        if not stat.S_ISREG(mode):
+            raise DiscoveryError(
+                f"{shown!r} is {_kind(mode)}, not a regular file; recapture the snapshot with "
+                "`clusterenv capture DIR`", path=shown)
+        data = self.read_bytes(HOST_JSON, max_bytes=MAX_HOST_JSON_BYTES)
+        if data is None:
+            raise DiscoveryError(
+                f"{shown!r} is unreadable or larger than {MAX_HOST_JSON_BYTES // (1024 * 1024)} "
+                "MiB (a real one is a few KiB); recapture the snapshot with `clusterenv capture "
+                "DIR`", path=shown)
+        return _parse_host_json(data, shown)
 
-def _load_host_json(path: Path) -> dict[str, Any]:
+
+def _parse_host_json(raw: bytes, shown: str) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
+        data = escape_tree(json.loads(raw.decode("utf-8")))
+    except (ValueError, RecursionError) as e:
         raise DiscoveryError(
-            f"cannot read {str(path)!r}: {e.strerror or e}; fix its permissions or recapture "
-            "the snapshot with `clusterenv capture DIR`",
-            path=str(path),
-        ) from e
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise DiscoveryError(
-            f"{str(path)!r} is not valid JSON ({e}); recapture the snapshot with "
+            f"{shown!r} is not valid JSON ({e}); recapture the snapshot with "
             "`clusterenv capture DIR`",
-            path=str(path),
+            path=shown,
         ) from e
     if not isinstance(data, dict):
         raise DiscoveryError(
-            f"{str(path)!r} must hold a JSON object, got {type(data).__name__}; recapture the "
+            f"{shown!r} must hold a JSON object, got {type(data).__name__}; recapture the "
             "snapshot with `clusterenv capture DIR`",
-            path=str(path),
+            path=shown,
         )
     fmt = data.get("format", SNAPSHOT_FORMAT)
     if fmt != SNAPSHOT_FORMAT:
         raise DiscoveryError(
-            f"{str(path)!r} has snapshot format {fmt!r}; this clusterenv reads format "
+            f"{shown!r} has snapshot format {fmt!r}; this clusterenv reads format "
             f"{SNAPSHOT_FORMAT}: upgrade clusterenv or recapture the snapshot",
-            path=str(path),
+            path=shown,
         )
     environ = data.get("environ")
     if environ is not None and not (
@@ -201,9 +428,9 @@ def _load_host_json(path: Path) -> dict[str, Any]:
         and all(isinstance(k, str) and isinstance(v, str) for k, v in environ.items())
     ):
         raise DiscoveryError(
-            f"{str(path)!r}: 'environ' must map variable names to strings; recapture the "
+            f"{shown!r}: 'environ' must map variable names to strings; recapture the "
             "snapshot with `clusterenv capture DIR`",
-            path=str(path),
+            path=shown,
         )
     return data
 

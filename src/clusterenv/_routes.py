@@ -93,11 +93,8 @@ def _parse_ipv6_route(text: str) -> list[_Route]:
 
 def read_table(host: Root, relative: str) -> str:
     """A ``/proc`` table, which may outgrow :meth:`Root.read`'s limit; ``""`` if unreadable."""
-    try:
-        with open(host.join(relative), "rb") as handle:
-            return handle.read(_MAX_TABLE_BYTES).decode("ascii", errors="replace")
-    except (OSError, ValueError):
-        return ""
+    data = host.read_bytes(relative, max_bytes=_MAX_TABLE_BYTES, truncate=True)
+    return "" if data is None else data.decode("ascii", errors="replace")
 
 
 def _best_route(routes: list[_Route], address: IPAddress) -> _Route | None:

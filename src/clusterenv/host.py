@@ -323,7 +323,7 @@ def _gpu_models(host: Root) -> tuple[str, ...]:
 
 def _is_file(host: Root, path: str) -> bool:
     """Whether ``path`` is a file under the root, as NCCL's ``access(F_OK)`` would find it."""
-    return os.path.isfile(host.join(path))
+    return host.is_file(path)
 
 
 def _recorded_memlock(value: Any) -> tuple[bool, int | None, int | None]:

@@ -417,9 +417,8 @@ class RdmaInfo:
         verbs = _verbs_by_device(host)
         devices = []
         for name in sorted(host.listdir("sys/class/infiniband"), key=natural_key):
-            # os.path.isdir, unlike Path.is_dir, never raises (EACCES in a snapshot): it skips
-            # dangling links and stray files alike.
-            if os.path.isdir(host.join(f"sys/class/infiniband/{name}")):
+            # Skips dangling links and stray files alike; never raises (EACCES in a snapshot).
+            if host.is_dir(f"sys/class/infiniband/{name}"):
                 devices.append(_read_device(host, name, verbs.get(name)))
         return cls(tuple(devices), nodes)
 
@@ -435,32 +434,18 @@ def _verbs_by_device(host: Root) -> dict[str, str]:
     return found
 
 
-def _read_attribute(path: str) -> str | None:
+def _read_attribute(host: Root, relative: str) -> str | None:
     """The stripped text of one sysfs attribute, or None when it cannot be read or is no attribute.
 
-    The hot path of detection (a 256-slot GID table per port), so it skips the ``pathlib`` and
-    buffered-file layers of :meth:`Root.read`; semantics are the same: EINVAL on an empty GID
-    slot, a directory, a missing file and anything larger than a page all read as None.
-    ``O_NONBLOCK`` keeps a FIFO planted in a snapshot from blocking.
+    EINVAL on an empty GID slot, a directory, a missing file, a FIFO or device planted in a
+    snapshot, and anything larger than a page all read as None (:meth:`Root.read`).
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except (OSError, ValueError):
-        return None
-    try:
-        data = os.read(fd, _MAX_ATTRIBUTE + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_ATTRIBUTE:
-        return None
-    return data.decode("utf-8", errors="replace").strip()
+    return host.read(relative, max_bytes=_MAX_ATTRIBUTE)
 
 
 def _read_device(host: Root, name: str, uverbs: str | None) -> RdmaDevice:
     base = f"sys/class/infiniband/{name}"
-    path = str(host.join(base))
+    path = base
     if uverbs is None:  # older kernels without the class dir still link it from the device
         uverbs = next(
             (
@@ -477,55 +462,54 @@ def _read_device(host: Root, name: str, uverbs: str | None) -> RdmaDevice:
         int(p) for p in host.listdir(f"{base}/ports") if p.isascii() and p.isdigit() and len(p) < 6
     )
     ports = tuple(
-        _read_port(f"{path}/ports/{number}", number, pci_netdevs, len(numbers))
+        _read_port(host, f"{path}/ports/{number}", number, pci_netdevs, len(numbers))
         for number in numbers
-        if os.path.isdir(f"{path}/ports/{number}")
+        if host.is_dir(f"{path}/ports/{number}")
     )
     return RdmaDevice(
         name=name,
         ports=ports,
         uverbs=uverbs,
         dev_node=uverbs is not None and host.device_opens(f"dev/infiniband/{uverbs}"),
-        node_type=_parse_node_type(_read_attribute(f"{path}/node_type")),
-        hca_type=_clean(_read_attribute(f"{path}/hca_type")),
-        fw_ver=_clean(_read_attribute(f"{path}/fw_ver")),
-        board_id=_clean(_read_attribute(f"{path}/board_id")),
+        node_type=_parse_node_type(_read_attribute(host, f"{path}/node_type")),
+        hca_type=_clean(_read_attribute(host, f"{path}/hca_type")),
+        fw_ver=_clean(_read_attribute(host, f"{path}/fw_ver")),
+        board_id=_clean(_read_attribute(host, f"{path}/board_id")),
         pci_netdevs=pci_netdevs,
     )
 
 
-def _read_port(path: str, number: int, pci_netdevs: tuple[str, ...], port_count: int) -> RdmaPort:
-    state = _parse_state(_read_attribute(f"{path}/state"))
-    gids, table_len = _read_gids(path)
+def _read_port(
+    host: Root, path: str, number: int, pci_netdevs: tuple[str, ...], port_count: int
+) -> RdmaPort:
+    state = _parse_state(_read_attribute(host, f"{path}/state"))
+    gids, table_len = _read_gids(host, path)
     netdev = next((g.netdev for g in gids if g.netdev is not None), None)
     if netdev is None:
-        netdev = _netdev_of_port(path, number, pci_netdevs, port_count)
+        netdev = _netdev_of_port(host, path, number, pci_netdevs, port_count)
     return RdmaPort(
         number=number,
         state=state,
-        phys_state=_parse_phys_state(_read_attribute(f"{path}/phys_state")),
-        rate_gbps=_parse_rate(_read_attribute(f"{path}/rate")) if state == "ACTIVE" else None,
-        link_layer=_parse_link_layer(_read_attribute(f"{path}/link_layer")),
+        phys_state=_parse_phys_state(_read_attribute(host, f"{path}/phys_state")),
+        rate_gbps=_parse_rate(_read_attribute(host, f"{path}/rate")) if state == "ACTIVE" else None,
+        link_layer=_parse_link_layer(_read_attribute(host, f"{path}/link_layer")),
         netdev=netdev,
         gids=gids,
         gid_table_len=table_len,
     )
 
 
-def _read_gids(path: str) -> tuple[tuple[Gid, ...], int]:
+def _read_gids(host: Root, path: str) -> tuple[tuple[Gid, ...], int]:
     """The non-empty GIDs of a port and the size of its table.
 
     A RoCE table has up to 256 slots, nearly all empty; an empty slot is recognised from the
     GID text alone, so its ``gid_attrs`` (which fail with EINVAL) are never read.
     """
-    try:
-        names = os.listdir(f"{path}/gids")
-    except (OSError, ValueError):
-        names = []
+    names = host.listdir(f"{path}/gids")
     indices = sorted(int(n) for n in names if n.isascii() and n.isdigit() and len(n) < 6)
     gids: list[Gid] = []
     for index in indices:
-        text = _read_attribute(f"{path}/gids/{index}")
+        text = _read_attribute(host, f"{path}/gids/{index}")
         if text is None or text in _EMPTY_GID_TEXTS:
             continue
         address = _parse_gid(text)
@@ -535,15 +519,15 @@ def _read_gids(path: str) -> tuple[tuple[Gid, ...], int]:
             Gid(
                 index=index,
                 address=address,
-                type=_parse_gid_type(_read_attribute(f"{path}/gid_attrs/types/{index}")),
-                netdev=_parse_netdev(_read_attribute(f"{path}/gid_attrs/ndevs/{index}")),
+                type=_parse_gid_type(_read_attribute(host, f"{path}/gid_attrs/types/{index}")),
+                netdev=_parse_netdev(_read_attribute(host, f"{path}/gid_attrs/ndevs/{index}")),
             )
         )
     return tuple(gids), len(indices)
 
 
 def _netdev_of_port(
-    path: str, number: int, pci_netdevs: tuple[str, ...], port_count: int
+    host: Root, path: str, number: int, pci_netdevs: tuple[str, ...], port_count: int
 ) -> str | None:
     """The interface of a port without GID netdevs (InfiniBand/IPoIB): same PCI function.
 
@@ -554,7 +538,7 @@ def _netdev_of_port(
         return pci_netdevs[0]
     device_path = path.rsplit("/ports/", 1)[0]
     for netdev in pci_netdevs:
-        dev_port = _read_attribute(f"{device_path}/device/net/{netdev}/dev_port")
+        dev_port = _read_attribute(host, f"{device_path}/device/net/{netdev}/dev_port")
         if dev_port and dev_port.isascii() and dev_port.isdigit() and int(dev_port) + 1 == number:
             return netdev
     return None

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from clusterenv._jsonable import to_jsonable
 from clusterenv._root import Root
+from clusterenv._text import escape_tree, printable
 from clusterenv.findings import Finding, sort_findings
 
 __all__ = [
@@ -74,6 +75,7 @@ def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
     ``CLUSTERENV_SOURCE=NAME`` to it."""
     root_dir = getattr(args, "root", None)
     root = Root(root_dir or "/")
+    args._root = root  # the CLI prints what reading it skipped (Root.notes)
     environ = dict(os.environ)
     if root_dir is not None:
         recorded = root.recorded_environ()
@@ -88,7 +90,7 @@ def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
 def emit_json(data: Any, stream: TextIO | None = None) -> None:
     """Print ``data`` as indented JSON (dataclasses and models become objects)."""
     out = stream or sys.stdout
-    out.write(json.dumps(to_jsonable(data), indent=2) + "\n")
+    out.write(json.dumps(escape_tree(to_jsonable(data)), indent=2) + "\n")
 
 
 _COLOURS = {"red": "31", "yellow": "33", "green": "32", "blue": "34", "bold": "1", "dim": "2"}
@@ -103,8 +105,8 @@ def style(text: str, colour: str, stream: TextIO | None = None) -> str:
 
 
 def table(rows: Iterable[Sequence[object]], headers: Sequence[str]) -> str:
-    """A plain-text table with aligned columns."""
-    body = [[("-" if cell is None else str(cell)) for cell in row] for row in rows]
+    """A plain-text table with aligned columns; every cell passes the terminal sanitiser."""
+    body = [[("-" if cell is None else printable(cell)) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in body:
         for i, cell in enumerate(row):
@@ -125,10 +127,10 @@ def render_findings(findings: Iterable[Finding], stream: TextIO | None = None) -
     blocks = []
     for f in ordered:
         head = style(f"{f.severity.upper():7}", _SEVERITY_COLOUR[f.severity], stream)
-        lines = [f"{head} [{f.code}] {f.title}"]
-        lines.extend(f"        evidence: {item}" for item in f.evidence)
+        lines = [f"{head} [{printable(f.code)}] {printable(f.title)}"]
+        lines.extend(f"        evidence: {printable(item)}" for item in f.evidence)
         if f.fix:
-            lines.append(f"        fix: {f.fix}")
+            lines.append(f"        fix: {printable(f.fix)}")
         blocks.append("\n".join(lines))
     counts: Mapping[str, int] = {
         s: sum(1 for f in ordered if f.severity == s) for s in ("error", "warning", "info")

@@ -54,6 +54,11 @@ def _names(values: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Print what the log shows and the findings; exit 1 on errors, 2 when unreadable."""
+    if args.file == "-" and sys.stdin is None:
+        from clusterenv.errors import DiscoveryError
+
+        raise DiscoveryError("standard input is closed: give the log's path, or pipe it in "
+                             "(`… | clusterenv nccl-log -`)", path="-")
     log = read_nccl_log(sys.stdin.buffer if args.file == "-" else args.file)
     findings = nccl_log_findings(
         log,

@@ -16,6 +16,7 @@ from clusterenv._cli._common import (
     style,
     table,
 )
+from clusterenv._text import printable
 
 if TYPE_CHECKING:
     from clusterenv.preflight import PreflightResult, Verdict
@@ -74,13 +75,17 @@ def format_verdict(result: PreflightResult) -> str:
     """The verdict for people: a summary line, the node table, the problems, this node's line."""
     verdict = result.verdict
     if verdict is None:
-        return f"preflight could not complete: {result.error}"
+        return f"preflight could not complete: {printable(result.error, newlines=True)}"
     reported = verdict.reported
-    where = f"to {verdict.primary} " if verdict.primary != "local" else ""
+    where = f"to {printable(verdict.primary)} " if verdict.primary != "local" else ""
     plural = "s" if verdict.expected_nodes != 1 else ""
+    counted = (
+        f"{reported} of {verdict.expected_nodes} node{plural}"
+        if reported <= verdict.expected_nodes  # more: duplicate ranks or strangers reported
+        else f"{reported} nodes ({verdict.expected_nodes} expected)"
+    )
     lines = [
-        f"preflight: {reported} of {verdict.expected_nodes} node{plural} reported {where}in "
-        f"{verdict.elapsed_s:.2f} s",
+        f"preflight: {counted} reported {where}in {verdict.elapsed_s:.2f} s",
         "",
     ]
     rows = _node_rows(verdict)
@@ -94,7 +99,8 @@ def format_verdict(result: PreflightResult) -> str:
         failed = sum(1 for hop in verdict.ring if not hop.ok)
         lines += ["", f"ring: {verdict.ring_probed - failed} of {verdict.ring_probed} probes ok"]
         lines += [
-            f"  {hop.source} -> {hop.target}: {'ok' if hop.ok else 'FAILED'} ({hop.detail})"
+            f"  {printable(hop.source)} -> {printable(hop.target)}: "
+            f"{'ok' if hop.ok else 'FAILED'} ({printable(hop.detail)})"
             for hop in verdict.ring
         ]
     lines += ["", render_findings([p.finding() for p in verdict.problems])]
@@ -118,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     elif result.verdict is None:
-        print(f"clusterenv preflight: {result.error}", file=sys.stderr)
+        print(f"clusterenv preflight: {printable(result.error, newlines=True)}", file=sys.stderr)
     else:
         print(format_verdict(result))
     return result.exit_code

@@ -15,6 +15,7 @@ from clusterenv._cli._common import (
     style,
     table,
 )
+from clusterenv._text import printable
 
 if TYPE_CHECKING:
     from clusterenv._facts import Facts
@@ -43,7 +44,7 @@ def _size(n: int | None) -> str:
 def _pairs(rows: list[tuple[str, object]]) -> str:
     width = max((len(key) for key, _ in rows), default=0)
     return "\n".join(
-        f"{key.ljust(width)}  {'-' if value is None else value}" for key, value in rows
+        f"{key.ljust(width)}  {'-' if value is None else printable(value)}" for key, value in rows
     )
 
 
@@ -120,7 +121,7 @@ def _host_rows(facts: Facts) -> list[tuple[str, object]]:
 def _plan_text(plan: NcclPlan) -> str:
     rows = [(c.action, c.name, c.value, c.reason) for c in plan.changes]
     lines = [table(rows, ("action", "variable", "value", "why"))] if rows else []
-    lines += [f"note: {n}" for n in plan.notes]
+    lines += [f"note: {printable(n)}" for n in plan.notes]
     return "\n".join(lines) or "nothing to do"
 
 

@@ -27,10 +27,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import struct
 from dataclasses import dataclass
 from typing import Any
+
+from clusterenv._text import JSON_SURROGATES, escape_tree
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -149,8 +152,14 @@ def encode_frame(
 
 
 def encode_json(data: Any) -> bytes:
-    """Compact UTF-8 JSON, as every payload is sent."""
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    """Compact UTF-8 JSON, as every payload is sent.
+
+    A lone surrogate (an undecodable byte of an environment value, ``"ens1\\udcff"``) is sent
+    written out (``"ens1\\\\xff"``, see :mod:`clusterenv._text`): the payload is always valid
+    UTF-8, and what arrives is what every node prints.
+    """
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.encode("utf-8", JSON_SURROGATES)
 
 
 def verify_mac(frame: Frame, *, token: bytes, nonce: bytes) -> bool:
@@ -258,8 +267,12 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def decode_object(payload: bytes) -> dict[str, Any]:
-    """The payload as a JSON object.
+    """The payload as a JSON object; a lone surrogate spelled as a JSON escape (``\\ud800``)
+    comes back written out (``"\\\\ud800"``), so no received string fails to encode.
 
     Raises:
         WireError: Not UTF-8, not JSON (``NaN`` and ``Infinity`` included), nested too deeply,
@@ -275,4 +288,7 @@ def decode_object(payload: bytes) -> dict[str, Any]:
         raise WireError(f"payload is not valid JSON ({e})") from e
     if not isinstance(data, dict):
         raise WireError(f"payload must be a JSON object, got {type(data).__name__}")
+    if _SURROGATE_ESCAPE.search(payload):  # "\ud800" in the JSON: escape it, as encode_json does
+        escaped: dict[str, Any] = escape_tree(data)
+        return escaped
     return data
