@@ -8,20 +8,18 @@ honest nodes got (the verdict, the same on every node) and their exit codes.
 
 from __future__ import annotations
 
-import dataclasses
 import socket
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from clusterenv._cli.preflight import format_verdict
-from clusterenv.preflight import Fingerprint, PreflightResult, Verdict
+from clusterenv.preflight import Fingerprint, PreflightResult
 from clusterenv.preflight.wire import (
     FrameReader,
     Kind,
     encode_frame,
     encode_json,
 )
-from tests.test_preflight import FAST, LOOP, fingerprint, nodes, primary
+from tests.test_preflight import LOOP, fingerprint, nodes, primary
 
 
 def raw_fingerprint(port: int, payload: bytes) -> bytes:
@@ -49,11 +47,10 @@ def test_a_lone_surrogate_in_a_peer_hostname_does_not_crash_the_primary() -> Non
     # verdict encoder raised, and every honest node got "closed the connection without a verdict".
     payload = encode_json(wire_body(fingerprint(2), hostname="HOSTNAME")).replace(
         b'"HOSTNAME"', b'"\\ud800 x \\udfff"')
-    with primary(fingerprint(0), expected=3) as (port, verdict):
-        with ThreadPoolExecutor(1) as pool:
-            attack = pool.submit(raw_fingerprint, port, payload)
-            honest = nodes(port, [fingerprint(1)])[0].result(15)
-            attack.result(15)
+    with primary(fingerprint(0), expected=3) as (port, verdict), ThreadPoolExecutor(1) as pool:
+        attack = pool.submit(raw_fingerprint, port, payload)
+        honest = nodes(port, [fingerprint(1)])[0].result(15)
+        attack.result(15)
     result = verdict.result()
     assert honest == result and result.exit_code == 0, result.problems
     shown = {n.hostname for n in result.nodes}

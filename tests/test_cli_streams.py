@@ -1,0 +1,60 @@
+"""The CLI with closed, full and broken streams: exit 2 (or 141 for a reader that left), one
+line on stderr, never a traceback, never an error turned into success.
+
+Each case runs the real ``python -m clusterenv`` under ``bash``, which closes or redirects the
+descriptor exactly as a user's shell would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterenv.testing import HostBuilder
+
+PY = sys.executable
+
+
+def shell(command: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120,
+                          check=False, **kwargs)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (f"{PY} -m clusterenv nccl-log - <&-", "standard input is closed"),
+        (f"{PY} -m clusterenv env --format json >&-", "standard output is closed"),
+        (f"{PY} -m clusterenv env >&-", "standard output is closed"),
+        (f"{PY} -m clusterenv doctor >/dev/full",
+         "cannot write standard output: No space left on device"),
+        (f"{PY} -m clusterenv show --json >/dev/full",
+         "cannot write standard output: No space left on device"),
+    ],
+)
+def test_a_closed_or_full_stream_is_exit_2_with_one_line(command: str, message: str) -> None:
+    done = shell(command)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_reader_that_leaves_never_turns_an_error_into_success(tmp_path: Path) -> None:
+    # A node whose doctor has errors (exit 1): behind `| true` it must not become 0.
+    HostBuilder(tmp_path).loopback().environ({"NUM_NODES": "2", "PRIMARY_ADDR": "10.9.9.9",
+                                              "NODE_RANK": "7"})
+    alone = shell(f"{PY} -m clusterenv doctor --root {tmp_path} >/dev/null")
+    assert alone.returncode in (1, 2)
+    piped = shell(f"set -o pipefail; {PY} -m clusterenv doctor --root {tmp_path} | true")
+    assert piped.returncode in (alone.returncode, 141), piped
+    assert piped.returncode != 0 and "Traceback" not in piped.stderr
+
+
+def test_an_unwritable_capture_destination_is_exit_2_naming_it() -> None:
+    done = shell(f"{PY} -m clusterenv capture /sys/kernel/clusterenv-snapshot")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "'/sys/kernel/clusterenv-snapshot': Operation not permitted" in done.stderr
