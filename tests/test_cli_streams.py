@@ -18,9 +18,9 @@ from clusterenv.testing import HostBuilder
 PY = sys.executable
 
 
-def shell(command: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def shell(command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120,
-                          check=False, **kwargs)  # type: ignore[call-overload]
+                          check=False)
 
 
 @pytest.mark.parametrize(
