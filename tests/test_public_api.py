@@ -63,8 +63,14 @@ def _modules_after(code: str) -> set[str]:
     return set(json.loads(out))
 
 
+def _imported_by(code: str) -> set[str]:
+    """The modules ``code`` imports beyond what the interpreter loads at start-up (a site
+    ``.pth`` file may load some of them first, e.g. ipaddress through pathlib)."""
+    return _modules_after(code) - _modules_after("pass")
+
+
 def test_import_is_lazy() -> None:
-    loaded = _modules_after("import clusterenv")
+    loaded = _imported_by("import clusterenv")
     for heavy in ("pydantic", "netifaces", "torch", "clusterenv.config", "ipaddress"):
         assert heavy not in loaded, f"`import clusterenv` imported {heavy}"
 
@@ -72,6 +78,35 @@ def test_import_is_lazy() -> None:
 def test_cli_module_import_is_light() -> None:
     loaded = _modules_after("import clusterenv.cli")
     assert not {"pydantic", "netifaces", "torch"} & loaded
+
+
+def _imported_by_cli(argv: list[str]) -> set[str]:
+    """What running ``clusterenv ARGV`` imports (its output discarded)."""
+    return _imported_by(
+        "import contextlib, io\n"
+        "from clusterenv.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        f"        main({argv!r})\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+    )
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["-h"]])
+def test_version_and_help_import_no_verb(argv: list[str]) -> None:
+    loaded = _imported_by_cli(argv)
+    assert "clusterenv.cli" in loaded
+    heavy = {m for m in loaded if m.startswith((
+        "clusterenv._cli", "pydantic", "netifaces", "typing", "clusterenv.errors", "dataclasses",
+    ))}
+    assert not heavy, f"clusterenv {' '.join(argv)} imported {sorted(heavy)}"
+
+
+def test_a_verb_imports_only_its_own_module() -> None:
+    loaded = _imported_by_cli(["nccl-log", "--help"])
+    verbs = {m for m in loaded if m.startswith("clusterenv._cli.")}
+    assert verbs == {"clusterenv._cli.nccl_log", "clusterenv._cli._common"}, verbs
 
 
 def test_first_model_access_pays_for_pydantic() -> None:

@@ -14,7 +14,9 @@ Example::
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+# Not typing.TYPE_CHECKING: importing typing would cost `clusterenv --version` a few ms.
+TYPE_CHECKING = False
 
 __version__ = "0.1.0.dev0"
 
@@ -67,6 +69,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from clusterenv.config import ClusterConfig, ProcessContext
     from clusterenv.diagnosis import doctor
     from clusterenv.errors import (
@@ -81,6 +85,7 @@ if TYPE_CHECKING:
     from clusterenv.nccl import EnvChange, NcclPlan, apply_nccl_defaults, plan_nccl_env
     from clusterenv.network import Interface, NetworkInterfaces
     from clusterenv.rdma import Gid, RdmaDevice, RdmaInfo, RdmaPort
+del TYPE_CHECKING
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,8 @@
 """The ``clusterenv`` command line: one verb per module in :mod:`clusterenv._cli`.
 
-Each verb module defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
-Only the chosen verb's heavy imports are paid for. Exit codes: 0 fine, 1 problems found,
+Each verb module defines ``add_arguments(parser)`` and ``run(args) -> int``; its name and help
+line are in :data:`VERBS`. Only the chosen verb's module is imported, so ``--version`` and
+``--help`` import no verb module, pydantic, netifaces or typing. Exit codes: 0 fine, 1 problems found,
 2 the command could not do its job (bad usage, unreadable host, bad environment, a closed or full
 output stream). A reader that leaves a pipe early (``clusterenv doctor | head -1``) ends the
 command as ``SIGPIPE`` conventionally does (status 141), never as a success. Whatever goes wrong,
@@ -14,28 +15,44 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import Iterable, Sequence
 
 from clusterenv import __version__
-from clusterenv._text import printable, terminal_line
-from clusterenv.errors import ClusterEnvError
+
+# Not typing.TYPE_CHECKING: importing typing would slow down `clusterenv --version`.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TextIO
+del TYPE_CHECKING
 
 __all__ = ["EXIT_BROKEN_PIPE", "VERBS", "build_parser", "main"]
 
-#: Verb name -> module under clusterenv._cli.
-VERBS: dict[str, str] = {
-    "show": "show",
-    "doctor": "doctor",
-    "env": "env",
-    "capture": "capture",
-    "nccl-log": "nccl_log",
-    "launch": "launch",
-    "preflight": "preflight",
+#: Verb name -> (its module under ``clusterenv._cli``, its one-line help). ``--version`` and
+#: ``--help`` read only this table: a verb's module is imported when that verb runs.
+VERBS: dict[str, tuple[str, str]] = {
+    "show": ("show", "show the cluster contract, what this node has, and the NCCL/Gloo plan"),
+    "doctor": ("doctor", "check this node and explain what will break the job (exit 1 on errors)"),
+    "env": (
+        "env", 'print the planned NCCL/Gloo settings as shell exports: eval "$(clusterenv env)"'
+    ),
+    "capture": (
+        "capture",
+        "write a host snapshot (no secrets, identifiers scrubbed) that --root DIR can replay",
+    ),
+    "nccl-log": (
+        "nccl_log",
+        "read an NCCL_DEBUG=INFO log: bootstrap interface, transport, HCAs, GPUDirect, fallbacks",
+    ),
+    "launch": (
+        "launch", "apply the NCCL/Gloo plan, then run torchrun with this cluster's arguments"
+    ),
+    "preflight": (
+        "preflight",
+        "check the whole cluster at once: run on every node; names the node that differs",
+    ),
 }
 
 #: Exit status when the reader of stdout went away (128 + SIGPIPE, what a shell shows when a
@@ -43,8 +60,13 @@ VERBS: dict[str, str] = {
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every verb registered."""
+def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every verb registered.
+
+    Args:
+        load: The verbs whose options are added (their modules imported); None: every verb.
+            The others are listed with their help line only.
+    """
     parser = argparse.ArgumentParser(
         prog="clusterenv",
         description=(
@@ -55,12 +77,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"clusterenv {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
-    for verb, module_name in VERBS.items():
-        module = importlib.import_module(f"clusterenv._cli.{module_name}")
-        sub = verbs.add_parser(verb, help=module.HELP, description=module.HELP)
-        module.add_arguments(sub)
-        sub.set_defaults(_run=module.run)
+    wanted = set(VERBS) if load is None else set(load)
+    for name, (module_name, help_line) in VERBS.items():
+        sub = verbs.add_parser(name, help=help_line, description=help_line)
+        if name in wanted:
+            import importlib  # noqa: PLC0415  # only when a verb runs
+
+            module = importlib.import_module(f"clusterenv._cli.{module_name}")
+            module.add_arguments(sub)
+            sub.set_defaults(_run=module.run)
     return parser
+
+
+def _chosen_verb(argv: Sequence[str]) -> str | None:
+    """The verb in ``argv``: the first word that is not an option (the top level takes only
+    ``--help`` and ``--version``, neither with a value)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in VERBS else None
+    return None
 
 
 class _SafeStream:
@@ -70,6 +105,8 @@ class _SafeStream:
         self._stream = stream
 
     def write(self, text: str) -> int:
+        from clusterenv._text import terminal_line  # noqa: PLC0415  # not for --version
+
         self._stream.write(terminal_line(text))
         return len(text)
 
@@ -82,6 +119,8 @@ def _say(verb: str, message: str) -> None:
     stream = sys.stderr
     if stream is None:
         return
+    from clusterenv._text import printable  # noqa: PLC0415  # not for --version
+
     with contextlib.suppress(OSError, ValueError):
         stream.write(f"clusterenv {verb}: {printable(message, newlines=True)}\n")
         stream.flush()
@@ -102,8 +141,11 @@ def _flush_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    chosen = _chosen_verb(words)
+    args = build_parser([] if chosen is None else [chosen]).parse_args(words)
+    from clusterenv.errors import ClusterEnvError  # noqa: PLC0415  # after --help/--version
+
     verb = str(args.verb)
     if sys.stdout is None:  # started with stdout closed (`clusterenv env >&-`)
         _say(verb, "standard output is closed; nothing can be written (exit 2)")

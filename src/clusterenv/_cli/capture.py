@@ -12,8 +12,6 @@ from clusterenv._scrub import is_cluster_name, is_secret_name
 from clusterenv.capture import capture
 from clusterenv.network import NetworkInterfaces
 
-HELP = "write a host snapshot (no secrets, identifiers scrubbed) that --root DIR can replay"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``DIR``, ``--json``, ``--root``."""

@@ -13,8 +13,6 @@ from clusterenv._cli._common import (
     render_findings,
 )
 
-HELP = "check this node and explain what will break the job (exit 1 on errors)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--json``, ``--strict``, ``--root``."""

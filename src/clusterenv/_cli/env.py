@@ -21,7 +21,6 @@ from clusterenv._jsonable import to_jsonable
 if TYPE_CHECKING:
     from clusterenv.nccl import NcclPlan
 
-HELP = "print the planned NCCL/Gloo settings as shell exports: eval \"$(clusterenv env)\""
 
 FORMATS = ("sh", "fish", "dotenv", "json")
 _SAFE = re.compile(r"[\w@%+=:,./-]+", re.ASCII)

@@ -28,8 +28,6 @@ from clusterenv._cli._common import (
 if TYPE_CHECKING:
     from clusterenv.launch import LaunchPlan
 
-HELP = "apply the NCCL/Gloo plan, then run torchrun with this cluster's arguments"
-
 
 def _positive(text: str) -> int:
     try:

@@ -10,8 +10,6 @@ from clusterenv._cli._common import add_json, emit_json, render_findings, table
 from clusterenv._jsonable import to_jsonable
 from clusterenv.nccl_log import NcclLog, NetPlugin, RankInfo, nccl_log_findings, read_nccl_log
 
-HELP = "read an NCCL_DEBUG=INFO log: bootstrap interface, transport, HCAs, GPUDirect, fallbacks"
-
 _MAX_ROWS = 64
 
 

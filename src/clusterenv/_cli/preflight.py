@@ -21,8 +21,6 @@ from clusterenv._text import printable
 if TYPE_CHECKING:
     from clusterenv.preflight import PreflightResult, Verdict
 
-HELP = "check the whole cluster at once: run on every node; names the node that differs"
-
 
 def _seconds(text: str) -> float:
     try:

@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from clusterenv.config import ClusterConfig
     from clusterenv.nccl import NcclPlan
 
-HELP = "show the cluster contract, what this node has, and the NCCL/Gloo plan"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--json``, ``--debug``, ``--root``."""
