@@ -285,7 +285,9 @@ def test_gid_index_not_set_when_ports_disagree(tmp_path: Path) -> None:
     assert plan.env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
     assert "NCCL_IB_GID_INDEX" not in plan.env
     finding = next(f for f in plan.findings if f.code == "ib-gid-index-disagree")
-    assert finding.severity == "warning" and "mlx5_1:1 -> 5" in finding.evidence[0]
+    # NCCL 2.18 would use GID 0 (link-local) on both ports: the job cannot connect.
+    assert finding.severity == "error" and "mlx5_1:1 -> 5" in finding.evidence[0]
+    assert finding.fix == "use NCCL 2.21 or later, which chooses the GID per port"
 
 
 def test_nccl_version_sources(tmp_path: Path) -> None:
@@ -465,7 +467,15 @@ EXPECTED_HCAS: dict[str, tuple[str, ...] | None] = {
                               "mlx5_8", "mlx5_11"),
     "roce-show-gids-mlx5_0": ("mlx5_0",),
     "roce-bond-gid-list": ("mlx5_bond_0",),
+    "ionic-ipv6-only": tuple(f"ionic_{i}" for i in range(4)),
+    "k8s-ib-vf-init": None,  # the only port is in INIT
+    # The down ports and the 200 GbE ports of the dual-port boards are left out.
+    "roce-cx7-down-polling": tuple(f"mlx5_{i}" for i in range(8)),
 }
+
+
+#: Profiles whose NCCL before 2.21 needs an index that the defaults of 2.21 and later do not pick.
+OLD_NCCL_GID_INDEX = {"ionic-ipv6-only": "1"}  # the ULA: the only GID that reaches other nodes
 
 
 def test_every_profile_has_an_expected_hca_list() -> None:
@@ -491,6 +501,7 @@ def test_hca_list_on_real_captures(tmp_path: Path, name: str) -> None:
     listed = [profile.ports[f"{d}:1"] for d in devices]
     indexes = {p.nccl_gid_index for p in listed}
     roce = all(p.link_layer == "Ethernet" for p in listed)
-    agreed = roce and len(indexes) == 1 and None not in indexes
-    expected_gid = str(indexes.pop()) if agreed else None
+    reach = all(p.nccl_gid_reaches_peers for p in listed)
+    agreed = roce and reach and len(indexes) == 1
+    expected_gid = str(indexes.pop()) if agreed else OLD_NCCL_GID_INDEX.get(name)
     assert plan.env.get("NCCL_IB_GID_INDEX") == expected_gid

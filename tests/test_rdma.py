@@ -213,7 +213,9 @@ def test_lowest_ipv4_v2_wins_over_later_ones(tmp_path: Path) -> None:
     assert only_port(detect(host)).nccl_gid_index == 3
 
 
-def test_no_ipv4_v2_gid_means_no_index(tmp_path: Path) -> None:
+def test_no_ipv4_v2_gid_ends_on_the_ipv4_v1_gid(tmp_path: Path) -> None:
+    # NCCL switches to the first GID of the wanted family (IPv4) whatever its RoCE version, and
+    # only a valid IPv4 RoCE v2 GID would displace it: it sends RoCE v1, which is not routed.
     host = HostBuilder(tmp_path).rdma_device(
         "mlx5_0",
         roce(
@@ -223,7 +225,8 @@ def test_no_ipv4_v2_gid_means_no_index(tmp_path: Path) -> None:
             gid(3, "2001:db8::1", "RoCE v2"),
         ),
     )
-    assert only_port(detect(host)).nccl_gid_index is None
+    found = only_port(detect(host))
+    assert (found.nccl_gid_index, found.nccl_gid_reaches_peers) == (2, False)
 
 
 def test_infiniband_ports_have_no_gid_index(tmp_path: Path) -> None:
@@ -231,7 +234,8 @@ def test_infiniband_ports_have_no_gid_index(tmp_path: Path) -> None:
         "mlx5_0",
         port(1, gids=[gid(0, LINK_LOCAL, "IB/RoCE v1"), gid(1, "::ffff:10.0.0.1", "RoCE v2")]),
     )
-    assert only_port(detect(host)).nccl_gid_index is None
+    found = only_port(detect(host))
+    assert (found.nccl_gid_index, found.nccl_gid_reaches_peers) == (None, None)
 
 
 def test_empty_slots_are_left_out_but_link_local_kept(tmp_path: Path) -> None:
@@ -282,7 +286,9 @@ def test_gids_dir_missing_or_garbled_entries(tmp_path: Path) -> None:
         entry.unlink()
     gids_dir.rmdir()
     found = only_port(detect(host))
-    assert (found.gids, found.gid_table_len, found.nccl_gid_index) == ((), 0, None)
+    # NCCL still uses index 0: an empty GID, which reaches nobody.
+    assert (found.gids, found.gid_table_len, found.nccl_gid_index) == ((), 0, 0)
+    assert found.nccl_gid_reaches_peers is False
 
 
 # -- ports, devices, names ------------------------------------------------------------------
@@ -526,9 +532,11 @@ def test_json_uses_public_attribute_names(tmp_path: Path) -> None:
         "netdev",
         "gids",
         "nccl_gid_index",
+        "nccl_gid_reaches_peers",
         "active",
     } <= set(found)
     assert found["nccl_gid_index"] == 3
+    assert found["nccl_gid_reaches_peers"] is True
     assert found["gids"][0] == {
         "index": 3,
         "address": str(IPv6Address("::ffff:10.0.0.1")),

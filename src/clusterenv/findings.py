@@ -233,6 +233,11 @@ CODES: dict[str, CodeInfo] = {
         "doctor", "error", "RDMA devices cannot be opened from this process"
     ),
     "rdma-no-libibverbs": CodeInfo("doctor", "error", "libibverbs is not installed"),
+    "rdma-port-init": CodeInfo(
+        "doctor", "warning", "An RDMA port is stuck in INIT: no subnet manager configured it"
+    ),
+    "rdma-port-down": CodeInfo("doctor", "warning", "An RDMA port is DOWN: no link"),
+    "rdma-port-armed": CodeInfo("doctor", "warning", "An RDMA port is ARMED, not yet ACTIVE"),
     "memlock-too-low": CodeInfo("doctor", "error", "The locked-memory limit is too low for RDMA"),
     "gpudirect-unavailable": CodeInfo("doctor", "warning", "No GPUDirect RDMA peer-memory module"),
     "gpudirect-old-nccl": CodeInfo("doctor", "warning", "This NCCL may not detect GPUDirect RDMA"),
@@ -249,10 +254,17 @@ CODES: dict[str, CodeInfo] = {
         "doctor", "info", "NCCL_IB_GID_INDEX is not needed with this NCCL"
     ),
     "ib-gid-index-disagree": CodeInfo(
-        "doctor", "warning", "The RoCE ports keep their GID at different indexes"
+        "doctor", "error", "The RoCE ports keep their GID at different indexes"
     ),
     "ib-gid-index-info": CodeInfo(
         "doctor", "info", "NCCL_IB_GID_INDEX left unset: the NCCL version is unknown"
+    ),
+    "ib-gid-link-local": CodeInfo(
+        "doctor", "error", "NCCL will use a link-local RoCE GID, which reaches no other node"
+    ),
+    "ib-gid-missing": CodeInfo("doctor", "error", "NCCL will use an empty RoCE GID slot"),
+    "ib-gid-roce-v1": CodeInfo(
+        "doctor", "warning", "NCCL will use a RoCE v1 GID, which is not routed"
     ),
     "env-deprecated": CodeInfo("doctor", "warning", "A deprecated variable name"),
     "env-no-such-timeout": CodeInfo(

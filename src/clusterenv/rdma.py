@@ -235,7 +235,9 @@ class RdmaPort:
         gid_table_len: Slots in the GID table (``gids/*`` files), e.g. ``256``.
     """
 
-    __json_extra__: ClassVar[tuple[str, ...]] = ("active", "nccl_gid_index")
+    __json_extra__: ClassVar[tuple[str, ...]] = (
+        "active", "nccl_gid_index", "nccl_gid_reaches_peers"
+    )
 
     number: int
     state: str
@@ -253,19 +255,30 @@ class RdmaPort:
 
     @property
     def nccl_gid_index(self) -> int | None:
-        """The GID index NCCL ≥ 2.21 chooses on its own for this RoCE port, e.g. ``3``.
+        """The GID index NCCL ≥ 2.21 uses on this RoCE port with its defaults, e.g. ``3``.
 
-        NCCL's rule: the lowest slot holding an IPv4-mapped RoCE v2 GID (with the defaults
-        ``NCCL_IB_ADDR_FAMILY=AF_INET``, ``NCCL_IB_ROCE_VERSION_NUM=2``, no
-        ``NCCL_IB_ADDR_RANGE``). None on InfiniBand ports, which always use index 0, and when
-        the table has no such GID (NCCL would then fall back to a GID that does not route).
+        With ``NCCL_IB_ADDR_FAMILY=AF_INET`` and ``NCCL_IB_ROCE_VERSION_NUM=2`` (the defaults)
+        NCCL takes the lowest slot holding an IPv4-mapped RoCE v2 GID. When there is none it
+        stays on index ``0`` (often the link-local GID, sometimes an empty slot) or ends on an
+        IPv4 RoCE v1 GID: the index is still what NCCL uses, and :attr:`nccl_gid_reaches_peers`
+        says whether that GID can carry traffic to another node. None on InfiniBand ports
+        (addressed by LID; NCCL uses GID 0) and EFA. Other releases and settings:
+        :func:`clusterenv.nccl.gid.choose_gid`.
         """
-        if self.link_layer != "Ethernet":
-            return None
-        for gid in self.gids:
-            if gid.ipv4 is not None and gid.roce_version == 2:
-                return gid.index
-        return None
+        from clusterenv.nccl.gid import choose_gid  # noqa: PLC0415  # NCCL's rules live there
+
+        choice = choose_gid(self)
+        return choice.index if choice is not None else None
+
+    @property
+    def nccl_gid_reaches_peers(self) -> bool | None:
+        """Whether the GID at :attr:`nccl_gid_index` can reach another node: False when it is
+        link-local (``fe80::/64``), RoCE v1 (not routed beyond one Ethernet segment) or an empty
+        slot; None on non-RoCE ports and when the GID's type cannot be read."""
+        from clusterenv.nccl.gid import choose_gid  # noqa: PLC0415
+
+        choice = choose_gid(self)
+        return choice.reaches_peers if choice is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,18 +22,22 @@ from . import (
     ib_ndr_bf3_bond_ibstat,
     ib_ndr_bf3_bond_sysfs,
     ib_ndr_cx6dx_some_down,
+    ionic_ipv6_only,
+    k8s_ib_vf_init,
     roce_4nodes_aihub0008,
     roce_bond0_ibdev2netdev,
     roce_bond_gid_list,
     roce_cx7_12dev_2down,
     roce_cx7_400g_cx6dx_100g,
+    roce_cx7_down_polling,
     roce_show_gids,
 )
 from ._model import CAPTURES_DIR, ExpectedPort, Profile
 
 __all__ = ["CAPTURES_DIR", "PROFILES", "ExpectedPort", "Profile"]
 
-#: Profile name -> profile, one per real capture of a host's RDMA.
+#: Profile name -> profile, one per real capture of a host's RDMA (and a few variants of them, or
+#: hosts reported from captures the shared fixtures do not hold; ``Profile.origin`` says which).
 PROFILES: dict[str, Profile] = {
     module.PROFILE.name: module.PROFILE
     for module in (
@@ -52,5 +56,8 @@ PROFILES: dict[str, Profile] = {
         roce_4nodes_aihub0008,
         roce_show_gids,
         roce_bond_gid_list,
+        ionic_ipv6_only,
+        k8s_ib_vf_init,
+        roce_cx7_down_polling,
     )
 }

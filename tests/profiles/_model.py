@@ -22,6 +22,7 @@ class ExpectedPort:
     link_layer: str
     netdev: str | None = None
     nccl_gid_index: int | None = None
+    nccl_gid_reaches_peers: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class Profile:
         uverbs: The expected ``RdmaInfo.uverbs`` (verbs nodes in ``/dev/infiniband``).
         netdevs: Device -> expected ``RdmaDevice.netdevs``, where the capture shows them.
         assumed: What the capture does not show and the profile had to choose.
+        origin: Where the facts come from beyond ``capture``: for a host no shared capture
+            holds, the report that describes it (``capture`` is then empty); for a variant of a
+            capture, what was changed and on what evidence.
     """
 
     name: str
@@ -53,6 +57,7 @@ class Profile:
     uverbs: tuple[str, ...]
     netdevs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     assumed: tuple[str, ...] = ()
+    origin: str = ""
 
 
 #: ``ibstat``'s ``Rate:`` (Gb/s) as sysfs ``ports/N/rate`` shows it for an ACTIVE port

@@ -44,7 +44,7 @@ PROFILE = Profile(
     usable=DEVICES,
     transport="mixed",
     ports={
-        "mlx5_0:1": ExpectedPort("ACTIVE", 200.0, "Ethernet"),
+        "mlx5_0:1": ExpectedPort("ACTIVE", 200.0, "Ethernet", None, 0, False),
         **{f"{d}:1": ExpectedPort("ACTIVE", 200.0, "InfiniBand") for d in DEVICES[1:]},
     },
     uverbs=tuple(f"uverbs{i}" for i in range(9)),

@@ -61,7 +61,7 @@ PROFILE = Profile(
     transport="mixed",
     ports={
         **{f"{name}:1": ExpectedPort("ACTIVE", 200.0, "InfiniBand") for name, _ in IB_PORTS},
-        "mlx5_8:1": ExpectedPort("ACTIVE", 40.0, "Ethernet"),
+        "mlx5_8:1": ExpectedPort("ACTIVE", 40.0, "Ethernet", None, 0, False),
     },
     uverbs=tuple(f"uverbs{i}" for i in range(9)),
     assumed=(

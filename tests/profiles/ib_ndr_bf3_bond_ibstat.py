@@ -46,7 +46,9 @@ PROFILE = Profile(
     transport="mixed",
     ports={
         **{f"{d}:1": ExpectedPort("ACTIVE", 400.0, "InfiniBand") for d in IB_DEVICES},
-        "mlx5_bond_0:1": ExpectedPort("ACTIVE", 200.0, "Ethernet", nccl_gid_index=None),
+        "mlx5_bond_0:1": ExpectedPort(
+            "ACTIVE", 200.0, "Ethernet", nccl_gid_index=0, nccl_gid_reaches_peers=False
+        ),
     },
     uverbs=tuple(f"uverbs{i}" for i in range(9)),
     assumed=(

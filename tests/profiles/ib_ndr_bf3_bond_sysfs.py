@@ -56,7 +56,8 @@ PROFILE = Profile(
     transport="mixed",
     ports={
         **{f"{d}:1": ExpectedPort("ACTIVE", 400.0, "InfiniBand") for d in IB_DEVICES},
-        "mlx5_bond_0:1": ExpectedPort("ACTIVE", 200.0, "Ethernet"),
+        # No GID table in the capture: NCCL would use the empty slot 0.
+        "mlx5_bond_0:1": ExpectedPort("ACTIVE", 200.0, "Ethernet", None, 0, False),
     },
     uverbs=tuple(f"uverbs{i}" for i in range(9)),
     assumed=("verbs nodes uverbs0-8 exist and are open to the process (not in the capture)",),

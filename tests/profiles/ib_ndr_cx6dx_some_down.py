@@ -50,8 +50,8 @@ PROFILE = Profile(
     transport="mixed",
     ports={
         **{f"{d}:1": ExpectedPort("ACTIVE", 400.0, "InfiniBand") for d in IB},
-        "mlx5_1:1": ExpectedPort("ACTIVE", 100.0, "Ethernet"),
-        **{f"{d}:1": ExpectedPort("DOWN", None, "Ethernet") for d in DOWN},
+        "mlx5_1:1": ExpectedPort("ACTIVE", 100.0, "Ethernet", None, 0, False),
+        **{f"{d}:1": ExpectedPort("DOWN", None, "Ethernet", None, 0, False) for d in DOWN},
     },
     uverbs=tuple(f"uverbs{i}" for i in range(12)),
     assumed=("verbs nodes exist and are open to the process",),

@@ -48,9 +48,10 @@ PROFILE = Profile(
     usable=tuple(f"mlx5_{i}" for i in range(12) if i not in (2, 8)),
     transport="roce",
     ports={
-        **{f"{d}:1": ExpectedPort("ACTIVE", 400.0, "Ethernet", n, 3) for d, n, _ in RAILS},
-        **{f"{d}:1": ExpectedPort("ACTIVE", 200.0, "Ethernet", "bond0", 3) for d, _ in BONDED},
-        **{f"{d}:1": ExpectedPort("DOWN", None, "Ethernet", n, None) for d, n in DOWN},
+        **{f"{d}:1": ExpectedPort("ACTIVE", 400.0, "Ethernet", n, 3, True) for d, n, _ in RAILS},
+        **{f"{d}:1": ExpectedPort("ACTIVE", 200.0, "Ethernet", "bond0", 3, True)
+           for d, _ in BONDED},
+        **{f"{d}:1": ExpectedPort("DOWN", None, "Ethernet", n, 0, False) for d, n in DOWN},
     },
     uverbs=tuple(f"uverbs{i}" for i in range(12)),
     netdevs={

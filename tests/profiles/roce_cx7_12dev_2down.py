@@ -59,6 +59,8 @@ PROFILE = Profile(
             "DOWN" if d in DOWN else "ACTIVE",
             None if d in DOWN else float(_rate(d).split()[0]),
             "Ethernet",
+            nccl_gid_index=0,  # no GID table in the capture: the empty slot 0
+            nccl_gid_reaches_peers=False,
         )
         for d in DEVICES
     },

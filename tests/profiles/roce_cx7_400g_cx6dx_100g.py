@@ -47,7 +47,9 @@ PROFILE = Profile(
     devices=DEVICES,
     usable=DEVICES,
     transport="roce",
-    ports={f"{ca.name}:1": ExpectedPort("ACTIVE", float(ca.rate), "Ethernet") for ca in CAS},
+    # ibstat shows no IPv4 GID: NCCL stays on GID 0 (link-local or empty), which reaches nobody.
+    ports={f"{ca.name}:1": ExpectedPort("ACTIVE", float(ca.rate), "Ethernet", None, 0, False)
+           for ca in CAS},
     uverbs=tuple(f"uverbs{i}" for i in range(12)),
     assumed=("verbs nodes exist and are open to the process",),
 )

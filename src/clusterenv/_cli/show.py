@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from clusterenv._facts import Facts
     from clusterenv.config import ClusterConfig
     from clusterenv.nccl import NcclPlan
+    from clusterenv.rdma import RdmaPort
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +80,16 @@ def _network_rows(facts: Facts) -> list[tuple[object, ...]]:
     return rows
 
 
+def _gid_cell(port: RdmaPort) -> str | None:
+    """The GID index NCCL 2.21+ uses, with why it reaches no other node: ``"0 (link-local)"``."""
+    from clusterenv.nccl.gid import choose_gid
+
+    choice = choose_gid(port)
+    if choice is None:
+        return None
+    return f"{choice.index} ({choice.problem})" if choice.problem else str(choice.index)
+
+
 def _rdma_rows(facts: Facts) -> list[tuple[object, ...]]:
     rows: list[tuple[object, ...]] = []
     for device in facts.rdma.devices:
@@ -89,7 +100,7 @@ def _rdma_rows(facts: Facts) -> list[tuple[object, ...]]:
                 port.link_layer,
                 f"{port.rate_gbps:g}" if port.rate_gbps is not None else None,
                 port.netdev,
-                port.nccl_gid_index,
+                _gid_cell(port),
                 "yes" if device.usable and port.active else "no",
             ))
     return rows

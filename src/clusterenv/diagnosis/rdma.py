@@ -1,5 +1,6 @@
 """Can this process use RDMA at full speed? Doctor's checks of failure modes FM-25 (devices not
-openable, no libibverbs), FM-29 (locked-memory limit) and FM-30 (GPUDirect RDMA).
+openable, no libibverbs), FM-29 (locked-memory limit), FM-30 (GPUDirect RDMA), and RDMA ports
+that are present but not ACTIVE (NCCL skips them without a word).
 
 They run on a multi-node cluster whose node has RDMA devices; ports on a management interface
 do not count.
@@ -9,11 +10,17 @@ from __future__ import annotations
 
 from clusterenv._facts import Facts
 from clusterenv.findings import Finding
-from clusterenv.nccl.hca import management_netdev, nccl_ports, port_label, version_text
+from clusterenv.nccl.hca import (
+    management_netdev,
+    nccl_ports,
+    port_label,
+    select_hcas,
+    version_text,
+)
 from clusterenv.nccl.version import known_before
-from clusterenv.rdma import port_transport
+from clusterenv.rdma import RdmaDevice, RdmaPort, port_transport
 
-__all__ = ["rdma_checks"]
+__all__ = ["port_state_cause", "rdma_checks"]
 
 _LIBIBVERBS = ("libibverbs.so.1", "libibverbs.so")
 _STANDARD_LIBRARY_DIRS = (
@@ -133,8 +140,123 @@ def _gpudirect(facts: Facts) -> list[Finding]:
     return []
 
 
+_STATE_CODES = {"INIT": "rdma-port-init", "DOWN": "rdma-port-down", "ARMED": "rdma-port-armed"}
+
+
+def port_state_cause(device: RdmaDevice, port: RdmaPort) -> tuple[str, str]:
+    """Why a port is not ACTIVE and what brings it up, from its state, physical state and link
+    layer, e.g. ``("the link is up but no subnet manager has configured the port", "…")``.
+    """
+    label = f"{device.name} port {port.number}"
+    netdev = port.netdev
+    ib = port.link_layer == "InfiniBand"
+    if port.state == "INIT":
+        if ib:
+            return (
+                "the link is up but no subnet manager has configured the port (no SM on the "
+                "fabric, or the SM does not serve this port or virtual function)",
+                "run a subnet manager on the fabric (OpenSM on one node, or the switch's or "
+                "UFM's SM) and check it with `sminfo`; for an SR-IOV virtual function "
+                "(Kubernetes) the SM must have virtualization enabled (OpenSM `virt_enabled 2`) "
+                f"and know the VF's GUID; `ibstat {device.name} {port.number}` shows "
+                "'State: Initializing' until then",
+            )
+        return (
+            "the link is up but the RoCE driver has not activated the port",
+            f"check `rdma link show {device.name}/{port.number}`, that "
+            f"{netdev or 'its interface'} is up with an address, and the NIC driver's "
+            "messages (`dmesg`)",
+        )
+    if port.state == "ARMED":
+        return (
+            "the subnet manager configured the port but has not activated it (a sweep in "
+            "progress, or a stalled SM)",
+            "wait for the next subnet-manager sweep; if the port stays ARMED, check the SM "
+            f"(`sminfo`, its log) for errors about {label}",
+        )
+    if port.phys_state == "Polling":
+        cause = "no link partner: the port is enabled and polling (cable, transceiver or switch " \
+                "port down)"
+        check = f"`ibstat {device.name} {port.number}`" if ib else \
+                f"`ethtool {netdev}`" if netdev else f"`ibstat {device.name} {port.number}`"
+        return cause, (f"check the cable, the transceiver and the switch port of {label} "
+                       f"({check} shows the link)")
+    if port.phys_state == "Disabled":
+        if ib:
+            return ("the port is disabled", f"enable {label} if it is a rail (`ibportstate` "
+                    "on the port, or the switch side), otherwise nothing: NCCL never uses it")
+        up = f"`ip link set {netdev} up`" if netdev else "bring its interface up"
+        check = f"`ethtool {netdev}`" if netdev else "`ethtool` on its interface"
+        return ("the port is disabled: its interface is down or has no link (cable), or the "
+                "port is unused",
+                f"if {label} is a rail: {up} and check the cable ({check} shows 'Link "
+                "detected'); otherwise nothing: NCCL never uses it")
+    return (f"the link is not up (physical state {port.phys_state})",
+            f"check the cable and the switch port of {label} (`ibstat {device.name} "
+            f"{port.number}`)")
+
+
+def _same_model(a: RdmaDevice, b: RdmaDevice) -> bool:
+    """Whether two devices are the same adapter model, as far as sysfs tells."""
+    return all(x is None or y is None or x == y
+               for x, y in ((a.hca_type, b.hca_type), (a.board_id, b.board_id)))
+
+
+def _ports_not_active(facts: Facts) -> list[Finding]:
+    """RDMA ports present but not ACTIVE (INIT, DOWN, ARMED): NCCL skips them silently.
+
+    A port like the ports NCCL will use (same link layer and adapter model), or any such port
+    when no port is usable, is a missing rail: a warning, since this node then runs on fewer
+    rails or on TCP sockets while its peers may use RDMA (preflight makes that an error). Any
+    other port (a disabled front-end port, an unused second port) is reported for information.
+    """
+    idle = [(d, p) for d in facts.rdma.devices for p in d.ports
+            if p.state in _STATE_CODES and port_transport(d, p) in ("infiniband", "roce")
+            and management_netdev(facts, p.netdev) is None]
+    if not idle:
+        return []
+    selected = select_hcas(facts).selected
+    groups: dict[tuple[str, str, str, bool], list[tuple[RdmaDevice, RdmaPort]]] = {}
+    for device, port in idle:
+        rail = not selected or any(
+            p.link_layer == port.link_layer and _same_model(d, device) for d, p in selected
+        )
+        key = (port.state, port.phys_state, port.link_layer, rail)
+        groups.setdefault(key, []).append((device, port))
+    findings = []
+    in_use = ", ".join(port_label(d, p) for d, p in selected) or "none"
+    for (state, phys, link_layer, rail), ports in groups.items():
+        labels = [port_label(d, p) for d, p in ports]
+        shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+        plural = len(labels) > 1
+        head = f"RDMA port{'s' if plural else ''} {shown} {'are' if plural else 'is'} {state} " \
+               f"(physical state {phys}, {link_layer})"
+        if rail and not selected:
+            title = f"{head}: no RDMA port is usable, NCCL will use TCP sockets on this node"
+        elif rail:
+            title = (f"{head}: NCCL uses only the {len(selected)} ACTIVE port"
+                     f"{'s' if len(selected) > 1 else ''}, this node has fewer rails than its "
+                     "peers")
+        else:
+            title = f"{head}: not one of the rails NCCL uses, worth knowing only"
+        cause, fix = port_state_cause(*ports[0])
+        evidence = [
+            f"{d.name} port {p.number}: state {p.state}, physical state {p.phys_state}, link "
+            f"layer {p.link_layer}" + (f", netdev {p.netdev}" if p.netdev else "")
+            + (f", {d.hca_type}" if d.hca_type else "")
+            for d, p in ports[:6]
+        ]
+        evidence += [f"cause: {cause}", f"ports NCCL will use: {in_use}"]
+        findings.append(Finding.of(
+            _STATE_CODES[state], title, tuple(evidence), fix,
+            severity="warning" if rail else "info",
+        ))
+    return findings
+
+
 def rdma_checks(facts: Facts) -> list[Finding]:
     """Doctor's RDMA checks on a multi-node cluster with RDMA devices."""
     if not facts.multi_node or not facts.rdma.devices:
         return []
-    return [*_not_openable(facts), *_libibverbs(facts), *_memlock(facts), *_gpudirect(facts)]
+    return [*_not_openable(facts), *_ports_not_active(facts), *_libibverbs(facts),
+            *_memlock(facts), *_gpudirect(facts)]

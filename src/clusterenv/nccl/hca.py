@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from clusterenv._facts import Facts, Proposal, with_origin
 from clusterenv.filters import IB_HCA, lint_filter, parse_filter, render_exact
 from clusterenv.findings import Finding
-from clusterenv.nccl.version import known_before
+from clusterenv.nccl.roce import gid_plan, gid_value_findings
+from clusterenv.nccl.version import versions_text
 from clusterenv.rdma import RdmaDevice, RdmaPort, port_transport
 from clusterenv.sources import runpod
 
@@ -32,8 +33,6 @@ __all__ = [
 ]
 
 Pair = tuple[RdmaDevice, RdmaPort]
-# NCCL chooses the RoCE GID itself from this release on.
-GID_AUTO_SINCE = (2, 21)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,50 +152,7 @@ def select_hcas(facts: Facts) -> HcaSelection:
 
 
 def version_text(facts: Facts) -> str:
-    if not facts.nccl_versions:
-        return "unknown"
-    return ", ".join(f"{v} ({v.source})" for v in facts.nccl_versions)
-
-
-def _gid_plan(
-    facts: Facts, selection: HcaSelection
-) -> tuple[list[Proposal], list[Finding], list[str]]:
-    ports = selection.selected
-    if not ports or any(p.link_layer != "Ethernet" for _, p in ports):
-        return [], [], ["NCCL_IB_GID_INDEX left unset: not a RoCE fabric"] if ports else []
-    indexes = {port_label(d, p): p.nccl_gid_index for d, p in ports}
-    older = known_before(facts.nccl_versions, GID_AUTO_SINCE)
-    distinct = set(indexes.values())
-    shown = ", ".join(f"{k} -> {v}" for k, v in indexes.items())
-    if len(distinct) != 1 or None in distinct:
-        finding = Finding.of(
-            "ib-gid-index-disagree",
-            "the RoCE ports do not share one IPv4 RoCE v2 GID index, so no single "
-            "NCCL_IB_GID_INDEX fits them all: left unset",
-            (f"GID index per port: {shown}", f"NCCL version: {version_text(facts)}"),
-            "use NCCL 2.21 or later, which chooses the GID per port (or NCCL_IB_ADDR_RANGE)",
-            severity="warning" if older else "info",
-        )
-        return [], [finding], [f"NCCL_IB_GID_INDEX left unset: ports disagree ({shown})"]
-    index = distinct.pop()
-    assert index is not None  # noqa: S101  # excluded just above
-    if older:
-        reason = (f"IPv4 RoCE v2 GID at index {index} on every listed port; NCCL "
-                  f"{version_text(facts)} is older than 2.21 and would use index 0")
-        return [Proposal("NCCL_IB_GID_INDEX", str(index), reason,
-                         lambda user: user.strip() == str(index))], [], []
-    if older is False:
-        return [], [], [f"NCCL_IB_GID_INDEX left unset: NCCL {version_text(facts)} chooses "
-                        f"index {index} itself"]
-    finding = Finding.of(
-        "ib-gid-index-info",
-        f"NCCL version unknown: NCCL_IB_GID_INDEX left unset; the RoCE v2 IPv4 GID is at index "
-        f"{index} on every listed port",
-        (f"GID index per port: {shown}",),
-        f"with NCCL older than 2.21 export NCCL_IB_GID_INDEX={index}; 2.21 and later choose it "
-        "themselves",
-    )
-    return [], [finding], [f"NCCL_IB_GID_INDEX left unset: NCCL version unknown (index {index})"]
+    return versions_text(facts.nccl_versions)
 
 
 def rdma_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]:
@@ -232,7 +188,7 @@ def rdma_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]:
     if selection.excluded:
         reason += "; left out: " + ", ".join(f"{n} ({w})" for n, w in selection.excluded)
     proposals = [Proposal("NCCL_IB_HCA", value, reason, same)]
-    gid_proposals, gid_findings, notes = _gid_plan(facts, selection)
+    gid_proposals, gid_findings, notes = gid_plan(facts, selection.selected)
     return proposals + gid_proposals, findings + gid_findings, notes
 
 
@@ -251,51 +207,9 @@ def _hca_value(facts: Facts, value: str, origin: str) -> list[Finding]:
 
 
 def _gid_value(facts: Facts, value: str, origin: str) -> list[Finding]:
-    shown = f"NCCL_IB_GID_INDEX={value!r}"
-    text = value.strip()
-    if not text.lstrip("-").isdigit() or len(text) > 4:
-        return [Finding.of(
-            "ib-gid-index-invalid", f"{shown} is not a GID index",
-            (shown, f"from {origin}"), "unset NCCL_IB_GID_INDEX (NCCL 2.21+ chooses it) or "
-            "set the index of the RoCE v2 IPv4 GID (see `show_gids`)",
-        )]
-    index = int(text)
-    if index < 0:
-        return []
     ports = [(d, p) for d, p in nccl_ports(facts) if p.link_layer == "Ethernet"]
     selected = [(d, p) for d, p in select_hcas(facts).selected if p.link_layer == "Ethernet"]
-    ports = selected or ports
-    if not ports:
-        return []
-    bad: list[str] = []
-    for device, port in ports:
-        gid = next((g for g in port.gids if g.index == index), None)
-        if gid is None:
-            bad.append(f"{port_label(device, port)}: GID {index} is empty")
-        elif gid.is_link_local:
-            bad.append(f"{port_label(device, port)}: GID {index} is link-local ({gid.address})")
-        elif gid.ipv4 is not None and gid.roce_version == 1:
-            bad.append(f"{port_label(device, port)}: GID {index} is RoCE v1 ({gid.ipv4})")
-    auto = sorted({str(p.nccl_gid_index) for _, p in ports if p.nccl_gid_index is not None})
-    fix = (f"export NCCL_IB_GID_INDEX={auto[0]} (or unset it with NCCL 2.21+)" if len(auto) == 1
-           else "unset NCCL_IB_GID_INDEX and use NCCL 2.21 or later")
-    if bad:
-        return [Finding.of(
-            "ib-gid-index-wrong",
-            f"{shown} does not point at a routable RoCE v2 GID: " + "; ".join(bad[:3])
-            + ("; ..." if len(bad) > 3 else ""),
-            (shown, *bad, "NCCL reports: Got completion with error 12 / ibv_modify_qp failed"),
-            fix,
-        )]
-    if known_before(facts.nccl_versions, GID_AUTO_SINCE) is False:
-        return [Finding.of(
-            "ib-gid-index-unneeded",
-            f"{shown} is set, but NCCL {version_text(facts)} chooses the GID itself (NCCL's "
-            "docs: with 2.21 and later it should not be set)",
-            (shown, f"NCCL would choose: {', '.join(auto) or 'none'}"),
-            "unset NCCL_IB_GID_INDEX",
-        )]
-    return []
+    return gid_value_findings(facts, value, origin, selected or ports)
 
 
 def _ib_disabled(facts: Facts, value: str, origin: str) -> list[Finding]:

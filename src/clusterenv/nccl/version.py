@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 from clusterenv._root import Root
 
-__all__ = ["NcclVersion", "detect_nccl_versions", "known_before", "parse_nccl_version"]
+__all__ = [
+    "NcclVersion", "detect_nccl_versions", "known_before", "parse_nccl_version", "versions_text",
+]
 
 _VERSION = re.compile(
     r"\s*v?([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,4}))?(?:[-+.][0-9A-Za-z.+-]*)?\s*"
@@ -144,3 +146,9 @@ def known_before(versions: Iterable[NcclVersion], threshold: tuple[int, int]) ->
     """
     sides = {v.version[:2] < threshold for v in versions}
     return sides.pop() if len(sides) == 1 else None
+
+
+def versions_text(versions: Iterable[NcclVersion]) -> str:
+    """The evidence for messages, e.g. ``"2.19.3 (NCCL_VERSION)"``; ``"unknown"`` without any."""
+    shown = ", ".join(f"{v} ({v.source})" for v in versions)
+    return shown or "unknown"
