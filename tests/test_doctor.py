@@ -462,6 +462,23 @@ def test_fm33_leftover_debug_knobs(tmp_path: Path) -> None:
     assert "nccl-debug-knob" not in codes(run(tmp_path, NCCL_P2P_DISABLE="0", NCCL_NET="IB"))
 
 
+def test_ib_settings_outside_what_verbs_accepts(tmp_path: Path) -> None:
+    # the same range table as nccl-log's log-ib-setting-range (clusterenv.nccl.lint)
+    b0(tmp_path)
+    found = run(tmp_path, NCCL_IB_RETRY_CNT="15", NCCL_IB_TIMEOUT="0x20", NCCL_IB_TC="106")
+    ranges = [f for f in found if f.code == "nccl-ib-setting-range"]
+    assert [(f.severity, f.evidence[0]) for f in ranges] == [
+        ("error", "NCCL_IB_TIMEOUT='0x20' (from environment)"),
+        ("error", "NCCL_IB_RETRY_CNT='15' (from environment)"),
+    ]
+    assert "(NCCL reads it as 32) is outside 1-31" in ranges[0].title
+    assert ranges[1].fix == "set NCCL_IB_RETRY_CNT within 0-7, or unset it (NCCL's default is 7)"
+    forever = only(run(tmp_path, NCCL_IB_TIMEOUT="0"), "nccl-ib-setting-range")
+    assert forever.severity == "warning" and "wait forever" in forever.title
+    assert "nccl-ib-setting-range" not in codes(run(tmp_path, NCCL_IB_RETRY_CNT="7",
+                                                    NCCL_IB_SL="15"))
+
+
 def test_fm37_framework_bound_to_the_management_address(tmp_path: Path) -> None:
     b0(tmp_path)
     finding = only(run(tmp_path, VLLM_HOST_IP="172.20.0.5"), "framework-host-ip")

@@ -280,6 +280,9 @@ CODES: dict[str, CodeInfo] = {
     "nccl-net-contradiction": CodeInfo(
         "doctor", "warning", "NCCL_NET=Socket contradicts NCCL_IB_HCA"
     ),
+    "nccl-ib-setting-range": CodeInfo(
+        "doctor", "error", "An NCCL_IB_* queue-pair setting is outside what verbs accepts"
+    ),
     # -- nccl-log
     "log-socket-fallback": CodeInfo(
         "nccl-log", "error", "NCCL fell back to TCP sockets although RDMA was there"
@@ -309,6 +312,21 @@ CODES: dict[str, CodeInfo] = {
     "log-nccl-error": CodeInfo("nccl-log", "error", "An NCCL call failed"),
     "log-nccl-warning": CodeInfo(
         "nccl-log", "warning", "NCCL warnings that no other check explains"
+    ),
+    "log-ib-completion-error": CodeInfo(
+        "nccl-log", "error", "An RDMA transfer failed with an ibverbs completion error"
+    ),
+    "log-ib-setting-range": CodeInfo(
+        "nccl-log", "error", "An NCCL_IB_* queue-pair setting is outside what verbs accepts"
+    ),
+    "log-mixed-link-layer": CodeInfo(
+        "nccl-log", "warning", "RoCE and InfiniBand ports in one NCCL device list"
+    ),
+    "log-socket-channel-unroutable": CodeInfo(
+        "nccl-log", "error", "NCCL's socket channels use an interface other hosts cannot reach"
+    ),
+    "log-ofi-no-provider": CodeInfo(
+        "nccl-log", "error", "libfabric found no usable device for the provider"
     ),
     # -- preflight
     "preflight-rank-duplicate": CodeInfo("preflight", "error", "Two nodes sent the same NODE_RANK"),

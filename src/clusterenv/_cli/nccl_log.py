@@ -65,12 +65,19 @@ def run(args: argparse.Namespace) -> int:
         expect_rdma=args.expect_rdma,
     )
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
+    # nccl_log_findings puts the most likely cause first among the errors
+    cause = findings[0] if findings and findings[0].severity == "error" else None
     if args.json:
         data: dict[str, Any] = {"file": args.file, **to_jsonable(log)}
         data["findings"] = findings
+        data["cause"] = cause
         data["summary"] = counts
         emit_json(data)
     else:
+        if cause is not None:
+            print(f"most likely cause: {cause.title} [{cause.code}]")
+            print(f"  fix: {cause.fix}")
+            print()
         print(_render(args.file, log))
         print()
         print(render_findings(findings))

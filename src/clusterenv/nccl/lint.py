@@ -1,5 +1,6 @@
 """Checks on NCCL and PyTorch variables alone: deprecated names, leftover debug knobs, switches
-that hide failures (failure modes FM-23, FM-24, FM-26, FM-33 of the catalogue).
+that hide failures (failure modes FM-23, FM-24, FM-26, FM-33 of the catalogue), RDMA settings
+outside what the hardware accepts.
 
 Each check returns ``(variable, Finding)`` pairs: the plan keeps every such variable (clusterenv
 never changes them) and warns about it; ``doctor`` shows the findings.
@@ -11,9 +12,9 @@ import shlex
 from collections.abc import Callable
 
 from clusterenv._facts import ENVIRONMENT, Facts
-from clusterenv.findings import Finding
+from clusterenv.findings import Finding, Severity
 
-__all__ = ["DEBUG_KNOBS", "DEPRECATED", "env_checks"]
+__all__ = ["DEBUG_KNOBS", "DEPRECATED", "IB_SETTING_RANGES", "env_checks", "ib_setting_problem"]
 
 #: Variables PyTorch 2.2 renamed (pytorch#114880); the old names only print a warning.
 DEPRECATED: dict[str, str] = {
@@ -35,6 +36,95 @@ DEBUG_KNOBS: dict[str, str] = {
     "NCCL_ALGO": "forces the collective algorithm",
     "NCCL_PROTO": "forces the protocol",
 }
+
+
+#: NCCL settings that NCCL copies into a verbs queue-pair attribute, with the range of that
+#: attribute, NCCL's default and what it is. NCCL sets ``qpAttr.timeout``, ``qpAttr.retry_cnt``,
+#: ``ah_attr.sl`` and ``ah_attr.grh.traffic_class`` from them (``src/transport/net_ib``) without
+#: checking the range. The widths are the InfiniBand Architecture Specification's fields behind
+#: ``struct ibv_qp_attr`` (rdma-core ``libibverbs/man/ibv_modify_qp.3``): Local ACK Timeout 5 bits
+#: (4.096 us * 2^timeout; 0 means wait forever), Retry Count 3 bits, Service Level 4 bits,
+#: Traffic Class 8 bits. Used by ``doctor`` (the live environment) and ``nccl-log`` (what NCCL
+#: printed as ``NCCL_IB_RETRY_CNT set by environment to 15.``).
+IB_SETTING_RANGES: dict[str, tuple[int, int, int | None, str]] = {
+    # the default timeout changed between NCCL versions: not named in the fix
+    "NCCL_IB_TIMEOUT": (1, 31, None, "the verbs Local ACK Timeout (5 bits: 4.096 us * 2^value)"),
+    "NCCL_IB_RETRY_CNT": (0, 7, 7, "the verbs Retry Count (3 bits)"),
+    "NCCL_IB_SL": (0, 15, 0, "the InfiniBand Service Level (4 bits)"),
+    "NCCL_IB_TC": (0, 255, 0, "the GRH Traffic Class (8 bits; DSCP << 2 on RoCE)"),
+}
+_INT64 = 2**63
+
+
+def _strtoll(text: str) -> int | None:
+    """``strtoll(text, NULL, 0)`` as NCCL reads integer settings (``src/misc/param.cc``):
+    ``0x`` hexadecimal, a leading ``0`` octal, the longest numeric prefix, 0 when there is none;
+    None on overflow (NCCL then keeps its default)."""
+    rest = text.lstrip(" \t\n\r\f\v")
+    sign = -1 if rest[:1] == "-" else 1
+    rest = rest[1:] if rest[:1] in "+-" and rest else rest
+    base, digits = 10, "0123456789"
+    if rest[:2].lower() == "0x" and rest[2:3] and rest[2:3].lower() in "0123456789abcdef":
+        base, digits, rest = 16, "0123456789abcdef", rest[2:]
+    elif rest[:1] == "0":
+        base, digits = 8, "01234567"
+    end = 0
+    while end < len(rest) and end < 80 and rest[end].lower() in digits:
+        end += 1
+    value = sign * int(rest[:end], base) if end else 0
+    return value if -_INT64 <= value < _INT64 else None
+
+
+def ib_setting_problem(name: str, value: str) -> tuple[Severity, str, str] | None:
+    """Why an ``NCCL_IB_*`` queue-pair setting is wrong, or None (also for other names).
+
+    Args:
+        name: e.g. ``"NCCL_IB_RETRY_CNT"``.
+        value: As set (``"15"``, ``"0x10"``) or as NCCL logged it (``"15"``).
+
+    Returns:
+        ``(severity, reason, fix)``, e.g. ``("error", "NCCL_IB_RETRY_CNT=15 is outside 0-7, the
+        range of the verbs Retry Count (3 bits)", "set NCCL_IB_RETRY_CNT to 0-7 ...")``.
+    """
+    spec = IB_SETTING_RANGES.get(name)
+    if spec is None or not value.strip():
+        return None
+    low, high, default, what = spec
+    number = _strtoll(value)
+    shown = f"{name}={value.strip()!r}"
+    fix = f"set {name} within {low}-{high}, or unset it (NCCL's default is {default})" if (
+        default is not None) else f"set {name} within {low}-{high}, or unset it (NCCL's default)"
+    if number is None:
+        return "warning", f"{shown} is too large for NCCL to read: NCCL ignores it", f"unset {name}"
+    read = "" if value.strip() == str(number) else f" (NCCL reads it as {number})"
+    if name == "NCCL_IB_TIMEOUT" and number == 0:
+        return ("warning", f"{shown}{read} disables the verbs ACK timeout: a lost peer makes "
+                "every rank wait forever instead of failing", fix)
+    if not low <= number <= high:
+        return ("error", f"{shown}{read} is outside {low}-{high}, the range of {what}: the "
+                "RDMA driver refuses the queue pair (ibv_modify_qp fails) or keeps only the low "
+                "bits", fix)
+    if read and not value.strip().lstrip("+-").isdigit():
+        return "warning", f"{shown}{read}: not a plain number", fix
+    return None
+
+
+def _ib_ranges(facts: Facts) -> list[tuple[str, Finding]]:
+    out = []
+    for name in IB_SETTING_RANGES:
+        found = facts.user_value(name)
+        if found is None:
+            continue
+        value, origin = found
+        problem = ib_setting_problem(name, value)
+        if problem is None:
+            continue
+        severity, reason, fix = problem
+        out.append((name, Finding.of(
+            "nccl-ib-setting-range", reason, (f"{name}={value!r} (from {origin})",), fix,
+            severity=severity,
+        )))
+    return out
 
 
 def _on(value: str) -> bool:
@@ -158,4 +248,5 @@ def env_checks(facts: Facts) -> list[tuple[str, Finding]]:
         *_timeouts(facts),
         *_hang_switches(facts),
         *_debug_knobs(facts),
+        *_ib_ranges(facts),
     ]

@@ -34,24 +34,30 @@ from clusterenv.nccl_log.checks import (
     CODE_BOOTSTRAP_MANAGEMENT,
     CODE_CONNECT_TIMEOUT,
     CODE_GDR_DISABLED,
+    CODE_IB_COMPLETION_ERROR,
     CODE_IB_DISABLED,
     CODE_IB_MEMLOCK,
     CODE_IB_QP_FAILURE,
+    CODE_IB_SETTING_RANGE,
     CODE_IBVERBS_FAILURE,
     CODE_MIXED_ENV,
     CODE_MIXED_INTERFACE,
+    CODE_MIXED_LINK_LAYER,
     CODE_MIXED_TRANSPORT,
     CODE_MIXED_VERSION,
     CODE_NCCL_ERROR,
     CODE_NCCL_WARNING,
     CODE_NO_INTERFACE,
+    CODE_OFI_NO_PROVIDER,
     CODE_PLUGIN_FAILED,
     CODE_SHM_EXHAUSTED,
+    CODE_SOCKET_CHANNEL_UNROUTABLE,
     CODE_SOCKET_FALLBACK,
     CODES,
     interface_concern,
     nccl_log_findings,
 )
+from clusterenv.nccl_log.completion import WC_STATUSES, WcStatus
 from clusterenv.nccl_log.model import (
     INTERNAL_NETWORKS,
     GpuDirect,
@@ -62,7 +68,7 @@ from clusterenv.nccl_log.model import (
     RankInfo,
     SocketEndpoint,
 )
-from clusterenv.nccl_log.parse import parse_lines
+from clusterenv.nccl_log.parse import MAX_LINE, parse_lines, parse_stream
 
 __all__ = [
     "CODES",
@@ -70,20 +76,27 @@ __all__ = [
     "CODE_CONNECT_TIMEOUT",
     "CODE_GDR_DISABLED",
     "CODE_IBVERBS_FAILURE",
+    "CODE_IB_COMPLETION_ERROR",
     "CODE_IB_DISABLED",
     "CODE_IB_MEMLOCK",
     "CODE_IB_QP_FAILURE",
+    "CODE_IB_SETTING_RANGE",
     "CODE_MIXED_ENV",
     "CODE_MIXED_INTERFACE",
+    "CODE_MIXED_LINK_LAYER",
     "CODE_MIXED_TRANSPORT",
     "CODE_MIXED_VERSION",
     "CODE_NCCL_ERROR",
     "CODE_NCCL_WARNING",
     "CODE_NO_INTERFACE",
+    "CODE_OFI_NO_PROVIDER",
     "CODE_PLUGIN_FAILED",
     "CODE_SHM_EXHAUSTED",
+    "CODE_SOCKET_CHANNEL_UNROUTABLE",
     "CODE_SOCKET_FALLBACK",
     "INTERNAL_NETWORKS",
+    "MAX_LINE",
+    "WC_STATUSES",
     "GpuDirect",
     "LogMessage",
     "NcclLog",
@@ -91,6 +104,7 @@ __all__ = [
     "NetPlugin",
     "RankInfo",
     "SocketEndpoint",
+    "WcStatus",
     "interface_concern",
     "nccl_log_findings",
     "parse_nccl_log",
@@ -135,16 +149,16 @@ def read_nccl_log(source: str | os.PathLike[str] | IO[str] | IO[bytes]) -> NcclL
             stream = io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
         name = str(getattr(source, "name", "<stream>"))
         try:
-            return parse_nccl_log(stream)
+            return parse_stream(stream)
         except (OSError, EOFError) as e:
             raise _unreadable(name, e) from e
     path = os.fspath(source)
     try:
         if str(path).endswith(".gz"):
             with gzip.open(path, "rt", encoding="utf-8", errors="replace") as handle:
-                return parse_nccl_log(handle)
+                return parse_stream(handle)
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return parse_nccl_log(handle)
+            return parse_stream(handle)
     except (OSError, EOFError) as e:
         raise _unreadable(str(path), e) from e
 

@@ -6,12 +6,24 @@ interface is the management one, whether the nodes have RDMA NICs) the caller ma
 
 from __future__ import annotations
 
-import ipaddress
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from clusterenv.findings import Finding, Severity, codes_of, sort_findings
-from clusterenv.nccl_log.model import INTERNAL_NETWORKS, LogMessage, NcclLog, RankInfo, parse_ip
+from clusterenv.findings import Finding, codes_of, sort_findings
+from clusterenv.nccl_log import completion, interfaces
+from clusterenv.nccl_log.completion import completion_findings
+from clusterenv.nccl_log.interfaces import (
+    IFNAME_FIX,
+    MAX_EVIDENCE,
+    PEER,
+    finding,
+    interface_checks,
+    interface_concern,
+    labels,
+    quote,
+    socket_channel_checks,
+)
+from clusterenv.nccl_log.model import INTERNAL_NETWORKS, LogMessage, NcclLog, RankInfo
 
 __all__ = [
     "CODES",
@@ -19,18 +31,23 @@ __all__ = [
     "CODE_CONNECT_TIMEOUT",
     "CODE_GDR_DISABLED",
     "CODE_IBVERBS_FAILURE",
+    "CODE_IB_COMPLETION_ERROR",
     "CODE_IB_DISABLED",
     "CODE_IB_MEMLOCK",
     "CODE_IB_QP_FAILURE",
+    "CODE_IB_SETTING_RANGE",
     "CODE_MIXED_ENV",
     "CODE_MIXED_INTERFACE",
+    "CODE_MIXED_LINK_LAYER",
     "CODE_MIXED_TRANSPORT",
     "CODE_MIXED_VERSION",
     "CODE_NCCL_ERROR",
     "CODE_NCCL_WARNING",
     "CODE_NO_INTERFACE",
+    "CODE_OFI_NO_PROVIDER",
     "CODE_PLUGIN_FAILED",
     "CODE_SHM_EXHAUSTED",
+    "CODE_SOCKET_CHANNEL_UNROUTABLE",
     "CODE_SOCKET_FALLBACK",
     "INTERNAL_NETWORKS",
     "interface_concern",
@@ -41,7 +58,7 @@ CODE_SOCKET_FALLBACK = "log-socket-fallback"
 """NCCL used TCP sockets (``Using network Socket``) although RDMA devices were there."""
 CODE_IB_DISABLED = "log-ib-disabled"
 """Sockets because ``NCCL_IB_DISABLE=1`` or ``NCCL_NET=Socket`` told NCCL so."""
-CODE_BOOTSTRAP_MANAGEMENT = "log-bootstrap-management"
+CODE_BOOTSTRAP_MANAGEMENT = interfaces.CODE_BOOTSTRAP_MANAGEMENT
 """Bootstrap (or the socket data path) on a management, docker, veth, tunnel, loopback or
 link-local interface that other hosts probably cannot reach."""
 CODE_MIXED_TRANSPORT = "log-mixed-transport"
@@ -62,7 +79,19 @@ CODE_PLUGIN_FAILED = "log-plugin-failed"
 CODE_CONNECT_TIMEOUT = "log-connect-timeout"
 """Socket connections failed: ``Connect to ... failed : Connection timed out`` / refused."""
 CODE_IB_QP_FAILURE = "log-ib-qp-failure"
-"""RDMA connections failed: ``ibv_modify_qp failed``, ``Got completion with error 12``."""
+"""RDMA connection setup failed: ``Call to ibv_modify_qp failed``."""
+CODE_IB_COMPLETION_ERROR = completion.CODE
+"""An RDMA transfer failed: ``Got completion from peer ... with error 12``; the ibverbs status
+says why (:data:`WC_STATUSES`)."""
+CODE_IB_SETTING_RANGE = "log-ib-setting-range"
+"""``NCCL_IB_RETRY_CNT``/``TIMEOUT``/``SL``/``TC`` outside what verbs accepts."""
+CODE_MIXED_LINK_LAYER = "log-mixed-link-layer"
+"""RoCE ports among InfiniBand ports (or the reverse) in one ``NET/IB : Using`` list."""
+CODE_SOCKET_CHANNEL_UNROUTABLE = interfaces.CODE_SOCKET_CHANNEL_UNROUTABLE
+"""Channels ``via NET/Socket/N`` go through an interface other hosts cannot reach."""
+CODE_OFI_NO_PROVIDER = "log-ofi-no-provider"
+"""libfabric found no usable device for a provider (``fi_getinfo: provider efa output empty
+list``) in a process that needed it."""
 CODE_IB_MEMLOCK = "log-ib-memlock"
 """Memory registration failed: ``ibv_reg_mr ... Cannot allocate memory`` (memlock limit)."""
 CODE_SHM_EXHAUSTED = "log-shm-exhausted"
@@ -79,79 +108,9 @@ CODE_NCCL_WARNING = "log-nccl-warning"
 #: :data:`clusterenv.findings.CODES`.
 CODES: tuple[str, ...] = codes_of("nccl-log")
 
-_TUNNELS = ("ip6tnl", "ip6gre", "gretap", "gre", "sit", "tun", "tap", "tunl", "ipip", "vti")
-_DOCKER_LIKE = ipaddress.ip_network("172.16.0.0/12")
 # Error returns from these top-level sources reach the caller (transport/net_ib/init.cc does not:
 # NCCL falls back to sockets). ncclInProgress (7) is how non-blocking communicators say "later".
 _FATAL_SOURCES = frozenset({"init.cc", "group.cc", "enqueue.cc", "collectives.cc"})
-_PEER = re.compile(r"([0-9A-Fa-f.:]{3,45}(?:%[\w.-]{1,32})?)<([0-9]{1,5})>", re.ASCII)
-_MAX_EVIDENCE = 8
-_IFNAME_FIX = (
-    "set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface of the cluster network on "
-    "every node, e.g. `export NCCL_SOCKET_IFNAME=ens1` on Runpod Instant Clusters; "
-    "`clusterenv env` prints the right value for this host"
-)
-
-
-def interface_concern(
-    interface: str,
-    address: str | None,
-    *,
-    management_interfaces: Iterable[str] = (),
-    cluster_interfaces: Iterable[str] = (),
-    multi_node: bool | None = None,
-) -> tuple[Severity, str] | None:
-    """Why NCCL sockets on ``interface`` probably cannot reach other hosts, or None.
-
-    The log alone cannot know the provider's layout, so names and ranges give a warning;
-    a caller that knows (Runpod: ``eth0`` is management) sharpens it to an error.
-
-    Args:
-        interface: Interface name, e.g. ``"eth0"``.
-        address: Its address as NCCL printed it, e.g. ``"172.17.0.2"`` or ``"fe80::1%veth0"``.
-        management_interfaces: Names known to be management-only, e.g. ``["eth0"]``.
-        cluster_interfaces: Names known to carry the cluster network, e.g. ``["ens1"]``; any
-            other interface is then wrong.
-        multi_node: Whether the job spans nodes (loopback is fine on one node).
-
-    Returns:
-        ``(severity, reason)``, e.g. ``("warning", "eth0 (172.17.0.2): an address in
-        172.16.0.0/12, ...")``.
-    """
-    management = set(management_interfaces)
-    cluster = set(cluster_interfaces)
-    where = f"{interface} ({address})" if address else interface
-    if interface in management:
-        return "error", f"{where}: a management interface, not routed between the nodes"
-    if cluster:
-        if interface in cluster:
-            return None
-        names = ", ".join(sorted(cluster))
-        return "error", f"{where}: not a cluster interface (expected {names})"
-    ip = parse_ip(address) if address else None
-    if interface == "lo" or (ip is not None and ip.is_loopback):
-        severity: Severity = "error" if multi_node else "warning"
-        return severity, f"{where}: loopback, other hosts cannot reach it"
-    if interface.startswith("docker"):
-        return "warning", f"{where}: a Docker bridge, other hosts cannot reach it"
-    if interface.startswith("veth"):
-        return "warning", f"{where}: a veth link of a container network, usually host-local"
-    if interface.startswith("virbr"):
-        return "warning", f"{where}: a libvirt NAT bridge, other hosts cannot reach it"
-    if interface.startswith(_TUNNELS):
-        return "warning", f"{where}: a tunnel interface, not the cluster network"
-    if ip is not None and ip.is_link_local:
-        return "warning", (
-            f"{where}: a link-local address, valid on one link only and not routable between "
-            "hosts (and IPv6 link-local needs a scope the peers do not share)"
-        )
-    if ip is not None and ip.version == 4 and ip in _DOCKER_LIKE:
-        return "warning", (
-            f"{where}: an address in 172.16.0.0/12, the range of Docker bridges and provider "
-            "management networks (eth0:172.17.0.2 on a docker bridge is unroutable from other "
-            "hosts)"
-        )
-    return None
 
 
 def nccl_log_findings(
@@ -171,33 +130,26 @@ def nccl_log_findings(
 
     Returns:
         Findings such as ``Finding("log-socket-fallback", "error", ...)``; empty when the log
-        shows nothing wrong.
+        shows nothing wrong. When there are errors, the first is the most likely cause: a
+        specific failure (an RDMA completion status, a device NCCL could not open, an
+        unreachable interface) before what it leads to (``NCCL error``, a failed proxy).
     """
     management = tuple(management_interfaces)
     cluster = tuple(cluster_interfaces)
     findings: list[Finding] = []
+    findings += completion_findings(log)
     findings += _transport_checks(log, expect_rdma)
-    findings += _interface_checks(log, management, cluster)
+    findings += socket_channel_checks(log)
+    findings += interface_checks(log, management, cluster)
     findings += _mixed_checks(log)
+    findings += _link_layer_checks(log)
+    findings += _setting_checks(log)
     findings += _gdr_checks(log)
+    findings += _ofi_checks(log)
     findings += _plugin_checks(log)
     findings += _message_checks(log)
-    return sort_findings(findings)
-
-
-def _labels(ranks: Sequence[RankInfo]) -> str:
-    shown = ", ".join(r.label for r in ranks[:4])
-    return shown + (f" and {len(ranks) - 4} more" if len(ranks) > 4 else "")
-
-
-def _quote(messages: Sequence[LogMessage]) -> list[str]:
-    lines = []
-    for m in messages[:_MAX_EVIDENCE]:
-        where = f"{m.source} " if m.source and not m.text.startswith(m.source) else ""
-        times = f" (x{m.count})" if m.count > 1 else ""
-        hosts = f" on {', '.join(m.hosts[:3])}" if m.hosts else ""
-        lines.append(f"line {m.first_line}: {where}{m.text}{times}{hosts}")
-    return lines
+    rank = {code: i for i, code in enumerate(_CAUSE_ORDER)}
+    return sort_findings(sorted(findings, key=lambda f: rank.get(f.code, len(rank))))
 
 
 def _unopenable(log: NcclLog) -> list[LogMessage]:
@@ -228,15 +180,15 @@ def _transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
     if expect_rdma:
         reasons.append("the nodes have RDMA NICs")
     evidence = [f"{len(socket_ranks)} of {len(log.ranks)} processes used network Socket: "
-                f"{_labels(socket_ranks)}"]
+                f"{labels(socket_ranks)}"]
     evidence += [f"because {reason}" for reason in reasons]
-    evidence += _quote(unopenable or list(log.messages("no-device")))
+    evidence += quote(unopenable or list(log.messages("no-device")))
     if knob is not None:
         setting = f"{knob}={log.env[knob]}"
         evidence.append(f"{setting} set by environment")
         if not reasons:
-            return [Finding.of(
-                CODE_IB_DISABLED,
+            return [finding(
+                CODE_IB_DISABLED, "info",
                 f"NCCL used TCP sockets because {setting} disables RDMA",
                 tuple(evidence),
                 f"if these nodes have InfiniBand/RoCE NICs, unset {knob}: it is "
@@ -252,70 +204,12 @@ def _transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
     )
     if knob is not None:
         fix = f"unset {knob} (it keeps NCCL off RDMA), then " + fix
-    return [Finding.of(
-        CODE_SOCKET_FALLBACK,
+    return [finding(
+        CODE_SOCKET_FALLBACK, "error",
         f"NCCL fell back to TCP sockets on {len(socket_ranks)} process(es) although RDMA was "
         "expected: inter-node bandwidth is a fraction of what the fabric gives",
         tuple(evidence), fix,
     )]
-
-
-def _interface_checks(
-    log: NcclLog, management: tuple[str, ...], cluster: tuple[str, ...]
-) -> list[Finding]:
-    if log.multi_node is False:
-        return []  # NCCL said nNodes 1: its sockets never leave the host
-    # interface -> address -> role -> the processes that used it so
-    uses: dict[str, dict[str | None, dict[str, list[RankInfo]]]] = {}
-    for rank in log.ranks:
-        roles: list[tuple[str, str, str | None]] = []
-        if rank.bootstrap_interface:
-            roles.append(("bootstrap", rank.bootstrap_interface, rank.bootstrap_address))
-        if rank.transport in (None, "Socket"):
-            roles += [("NET/Socket", e.interface, e.address) for e in rank.socket_interfaces]
-        if rank.oob is not None:
-            roles.append(("NET/IB OOB", rank.oob.interface, rank.oob.address))
-        for role, name, address in roles:
-            by_role = uses.setdefault(name, {}).setdefault(address, {})
-            by_role.setdefault(role, []).append(rank)
-    findings = []
-    for name, addresses in uses.items():
-        flagged = []
-        for address, by_role in addresses.items():
-            concern = interface_concern(
-                name, address, management_interfaces=management, cluster_interfaces=cluster,
-                multi_node=log.multi_node,
-            )
-            if concern is not None:
-                flagged.append((address, by_role, concern))
-        if flagged:
-            findings.append(_interface_finding(log, name, flagged))
-    return findings
-
-
-def _interface_finding(
-    log: NcclLog,
-    name: str,
-    flagged: list[tuple[str | None, dict[str, list[RankInfo]], tuple[Severity, str]]],
-) -> Finding:
-    severity: Severity = "error" if any(c[0] == "error" for _, _, c in flagged) else "warning"
-    roles = list(dict.fromkeys(role for _, by_role, _ in flagged for role in by_role))
-    title = f"NCCL {' and '.join(roles)} on {flagged[0][2][1]}"
-    if len(flagged) > 1:
-        title += f" (and {len(flagged) - 1} more address(es) on {name})"
-    evidence = [
-        f"{role} on {name}:{address or '?'} by {_labels(ranks)}"
-        for address, by_role, _ in flagged
-        for role, ranks in by_role.items()
-    ][: _MAX_EVIDENCE * 2]
-    ifname = log.env.get("NCCL_SOCKET_IFNAME")
-    if ifname:
-        evidence.append(f"NCCL_SOCKET_IFNAME set by environment to {ifname}")
-        fix = f"NCCL_SOCKET_IFNAME={ifname} selects {name}: change it; {_IFNAME_FIX}"
-    else:
-        evidence.append("NCCL_SOCKET_IFNAME not reported as set: NCCL picked the interface")
-        fix = _IFNAME_FIX
-    return Finding.of(CODE_BOOTSTRAP_MANAGEMENT, title, tuple(evidence), fix, severity=severity)
 
 
 def _by_value(ranks: Iterable[RankInfo], attribute: str) -> dict[str, list[RankInfo]]:
@@ -331,29 +225,29 @@ def _mixed_checks(log: NcclLog) -> list[Finding]:
     findings = []
     transports = _by_value(log.ranks, "transport")
     if len(transports) > 1:
-        findings.append(Finding.of(
-            CODE_MIXED_TRANSPORT,
+        findings.append(finding(
+            CODE_MIXED_TRANSPORT, "error",
             f"ranks chose different networks ({', '.join(transports)}): ncclCommInitRank hangs "
             "or fails when peers disagree",
-            tuple(f"{name}: {_labels(ranks)}" for name, ranks in transports.items()),
+            tuple(f"{name}: {labels(ranks)}" for name, ranks in transports.items()),
             "make every node offer the same network: the same RDMA devices and access "
             "(/dev/infiniband, libibverbs), the same NCCL_IB_HCA / NCCL_NET / NCCL_IB_DISABLE "
             "and the same net plugin (libnccl-net.so) or none (NCCL_NET_PLUGIN=none)",
         ))
     interfaces = _by_value(log.ranks, "bootstrap_interface")
     if len(interfaces) > 1:
-        findings.append(Finding.of(
-            CODE_MIXED_INTERFACE,
+        findings.append(finding(
+            CODE_MIXED_INTERFACE, "warning",
             f"ranks bootstrapped on different interfaces ({', '.join(interfaces)})",
-            tuple(f"{name}: {_labels(ranks)}" for name, ranks in interfaces.items()),
-            "unless the nodes really name their cluster interface differently, " + _IFNAME_FIX,
+            tuple(f"{name}: {labels(ranks)}" for name, ranks in interfaces.items()),
+            "unless the nodes really name their cluster interface differently, " + IFNAME_FIX,
         ))
     if len(log.versions) > 1:
         versions = _by_value(log.ranks, "version")
-        findings.append(Finding.of(
-            CODE_MIXED_VERSION,
+        findings.append(finding(
+            CODE_MIXED_VERSION, "error",
             f"ranks run different NCCL versions ({', '.join(log.versions)})",
-            tuple(f"{name}: {_labels(ranks)}" for name, ranks in versions.items())
+            tuple(f"{name}: {labels(ranks)}" for name, ranks in versions.items())
             or tuple(log.versions),
             "install the same NCCL (same PyTorch wheel or container image) on every node",
         ))
@@ -365,12 +259,12 @@ def _mixed_checks(log: NcclLog) -> list[Finding]:
             if name in rank.env:
                 values.setdefault(rank.env[name], []).append(rank)
         if len(values) > 1:
-            differing += [f"{name}={value!r}: {_labels(ranks)}" for value, ranks in values.items()]
+            differing += [f"{name}={value!r}: {labels(ranks)}" for value, ranks in values.items()]
     if differing:
-        findings.append(Finding.of(
-            CODE_MIXED_ENV,
+        findings.append(finding(
+            CODE_MIXED_ENV, "warning",
             "ranks report different values for the same NCCL setting",
-            tuple(differing[:_MAX_EVIDENCE * 2]),
+            tuple(differing[:MAX_EVIDENCE * 2]),
             "export the same NCCL_* settings on every node (launchers forward only some "
             "variables; check ~/.nccl.conf and /etc/nccl.conf on each node)",
         ))
@@ -378,10 +272,12 @@ def _mixed_checks(log: NcclLog) -> list[Finding]:
 
 
 def _gdr_checks(log: NcclLog) -> list[Finding]:
-    rdma = any(r.transport and r.transport != "Socket" for r in log.ranks) or any(
-        d.network != "OFI" for d in log.devices
-    )
+    # Sockets never use GPUDirect RDMA: judge only processes on an RDMA network (NET/IB,
+    # NET/IBext*, plugins), and only channels through one (the parser counts no NET/Socket one).
     gdr = log.gpudirect
+    known = [r.transport for r in log.ranks if r.transport]
+    rdma = any(t != "Socket" for t in known) or (
+        not known and any(d.network != "OFI" for d in log.devices))
     if not rdma and not gdr.net_channels:
         return []
     evidence: list[str] = []
@@ -407,7 +303,7 @@ def _gdr_checks(log: NcclLog) -> list[Finding]:
                "that NCCL_NET_GDR_LEVEL is not set lower than the GPU-NIC distance")
     else:
         return []
-    evidence += list(gdr.distance_disabled[:_MAX_EVIDENCE])
+    evidence += list(gdr.distance_disabled[:MAX_EVIDENCE])
     if gdr.net_channels:
         evidence.append(f"{gdr.gdr_channels} of {gdr.net_channels} `[receive] via NET/...` "
                         "connections end in /GDRDMA")
@@ -417,7 +313,7 @@ def _gdr_checks(log: NcclLog) -> list[Finding]:
     level = log.env.get("NCCL_NET_GDR_LEVEL")
     if level:
         evidence.append(f"NCCL_NET_GDR_LEVEL set by environment to {level}")
-    return [Finding.of(CODE_GDR_DISABLED, title, tuple(evidence), fix)]
+    return [finding(CODE_GDR_DISABLED, "warning", title, tuple(evidence), fix)]
 
 
 def _plugin_checks(log: NcclLog) -> list[Finding]:
@@ -431,10 +327,10 @@ def _plugin_checks(log: NcclLog) -> list[Finding]:
                    f"provider {plugin.provider}" if plugin.provider else None]
         described = ", ".join(d for d in details if d)
         evidence = [f"plugin {plugin.name}" + (f" ({described})" if described else "")]
-        evidence += [f"then used network {', '.join(fallbacks)}: {_labels(users)}"]
-        evidence += list(plugin.evidence[:_MAX_EVIDENCE])
-        findings.append(Finding.of(
-            CODE_PLUGIN_FAILED,
+        evidence += [f"then used network {', '.join(fallbacks)}: {labels(users)}"]
+        evidence += list(plugin.evidence[:MAX_EVIDENCE])
+        findings.append(finding(
+            CODE_PLUGIN_FAILED, "warning",
             f"network plugin {plugin.name} was tried and failed; NCCL fell back to its internal "
             f"{'/'.join(fallbacks)} transport",
             tuple(evidence),
@@ -451,57 +347,62 @@ def _message_checks(log: NcclLog) -> list[Finding]:
     ibverbs = log.messages("ibverbs")
     if ibverbs:
         if _unopenable(log):
-            findings.append(Finding.of(
-                CODE_IBVERBS_FAILURE,
+            findings.append(finding(
+                CODE_IBVERBS_FAILURE, "error",
                 "NCCL saw RDMA devices but could not open them (Call to ibv_open_device failed)",
-                tuple(_quote(ibverbs)),
+                tuple(quote(ibverbs)),
                 "give the process the RDMA device nodes: run the container with "
                 "--device=/dev/infiniband (or --privileged) and --cap-add=IPC_LOCK, and check "
                 "that /dev/infiniband/uverbs* exist and are read-write for this user",
             ))
         else:
-            findings.append(Finding.of(
-                CODE_IBVERBS_FAILURE,
+            findings.append(finding(
+                CODE_IBVERBS_FAILURE, "warning",
                 "NCCL could not load libibverbs, so it never tried RDMA",
-                tuple(_quote(ibverbs)),
+                tuple(quote(ibverbs)),
                 "if the nodes have InfiniBand/RoCE NICs, install rdma-core (libibverbs1 and "
                 "ibverbs-providers) in the image; on hosts without RDMA this is expected",
-                severity="warning",
             ))
     connects = log.messages("connect")
     if connects:
         failed = [m for m in connects if m in log.warnings]
-        peers = sorted({m.group(1) for c in connects for m in _PEER.finditer(c.text)})
+        peers = sorted({m.group(1) for c in connects for m in PEER.finditer(c.text)})
         unroutable = [p for p in peers if interface_concern("", p) is not None]
-        evidence = _quote(connects)
+        evidence = quote(connects)
         if unroutable:
             evidence.append(f"peer addresses that look unroutable: {', '.join(unroutable[:4])}")
-        fix = (_IFNAME_FIX + "; " if unroutable else "") + (
+        fix = (IFNAME_FIX + "; " if unroutable else "") + (
             "NCCL opens random TCP ports between nodes: allow all TCP between the cluster "
             "addresses (not only MASTER_PORT), and make sure every node is up and on the same "
             "network"
         )
-        findings.append(Finding.of(
-            CODE_CONNECT_TIMEOUT,
+        findings.append(finding(
+            CODE_CONNECT_TIMEOUT, "error" if failed else "warning",
             "socket connections between ranks failed" if failed
             else "socket connections between ranks were retried",
             tuple(evidence), fix,
-            severity="error" if failed else "warning",
         ))
     qp = log.messages("ib-qp")
     if qp:
-        evidence = _quote(qp)
+        evidence = quote(qp)
         gid = log.env.get("NCCL_IB_GID_INDEX")
         if gid:
             evidence.append(f"NCCL_IB_GID_INDEX set by environment to {gid}")
-        findings.append(Finding.of(
-            CODE_IB_QP_FAILURE,
-            "RDMA connections between ranks failed (queue pair setup or completion errors)",
+        layers = {d.link_layer for d in log.devices if d.link_layer and d.network != "OFI"}
+        if layers:
+            evidence.append(f"link layer: {', '.join(sorted(layers))}")
+        roce = ("on RoCE this is usually the GID index: with NCCL 2.21 or newer unset "
+                "NCCL_IB_GID_INDEX, on older NCCL set it to the RoCE v2 IPv4 GID (`clusterenv "
+                "show`)")
+        ib = ("on InfiniBand check that the ports are ACTIVE (`ibstat`) and the subnet manager "
+              "runs")
+        advice = roce if layers == {"RoCE"} else ib if layers == {"IB"} else f"{roce}; {ib}"
+        findings.append(finding(
+            CODE_IB_QP_FAILURE, "error",
+            "RDMA connection setup between ranks failed (ibv_modify_qp)",
             tuple(evidence),
-            "on RoCE this is usually the GID index: with NCCL 2.21 or newer unset "
-            "NCCL_IB_GID_INDEX, on older NCCL set it to the RoCE v2 IPv4 GID (`clusterenv "
-            "show`); also check that the ports are ACTIVE, on the same fabric and with the same "
-            "MTU on every node (completion error 12 = the peer never answered)",
+            advice + "; also check that the ports are on the same fabric and have the same MTU "
+            "on every node",
         ))
     simple: tuple[tuple[str, str, str, str], ...] = (
         ("memlock", CODE_IB_MEMLOCK,
@@ -520,30 +421,154 @@ def _message_checks(log: NcclLog) -> list[Finding]:
     for kind, code, title, fix in simple:
         messages = log.messages(kind)
         if messages:
-            evidence = _quote(messages)
+            evidence = quote(messages)
             if kind == "no-interface" and "NCCL_SOCKET_IFNAME" in log.env:
                 evidence.append(f"NCCL_SOCKET_IFNAME set by environment to "
                                 f"{log.env['NCCL_SOCKET_IFNAME']}")
-            findings.append(Finding.of(code, title, tuple(evidence), fix))
-    fatal = [m for m in log.errors if m.kind == "nccl-error" or (
+            findings.append(finding(code, "error", title, tuple(evidence), fix))
+    # A CUDA call that failed inside NCCL, or the proxy thread giving up on a connection
+    # ("[Proxy Service 3] Failed to execute operation Connect", "Error encountered progressing
+    # operation"), ends the communicator as surely as an error return does.
+    fatal = [*log.messages("fatal"), *(m for m in log.errors if m.kind == "nccl-error" or (
         m.source is not None and m.source.rsplit(":", 1)[0] in _FATAL_SOURCES
-        and " -> 7 " not in m.text)]
+        and " -> 7 " not in m.text))]
     if fatal:
-        findings.append(Finding.of(
-            CODE_NCCL_ERROR,
-            "an NCCL call failed",
-            tuple(_quote(fatal)),
+        first = min(fatal, key=lambda m: m.first_line)
+        findings.append(finding(
+            CODE_NCCL_ERROR, "error",
+            f"an NCCL call failed: {first.text[:120]}",
+            tuple(quote(sorted(fatal, key=lambda m: m.first_line))),
             "the first WARN line before the error usually names the cause; rerun with "
             "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET if it does not",
         ))
-    reported_plugin = any(p.failed for p in log.plugins)
+    reported_plugin = any(p.failed for p in log.plugins) or bool(_ofi_checks(log))
     others = [m for m in log.warnings
               if m.kind == "other" or (m.kind == "plugin" and not reported_plugin)]
     if others:
-        findings.append(Finding.of(
-            CODE_NCCL_WARNING,
+        findings.append(finding(
+            CODE_NCCL_WARNING, "warning",
             f"NCCL printed {len(others)} warning(s) that no other check explains",
-            tuple(_quote(others)),
+            tuple(quote(others)),
             "read them in order; the first is usually the cause of the rest",
         ))
     return findings
+
+
+def _link_layer_checks(log: NcclLog) -> list[Finding]:
+    """RoCE ports among InfiniBand ports (or the reverse) in one process's ``NET/IB : Using``."""
+    by_label = {d.label: d for d in log.devices}
+    findings = []
+    seen: set[tuple[str, ...]] = set()
+    for rank in log.ranks:
+        devices = [by_label[label] for label in rank.devices if label in by_label]
+        devices = [d for d in devices if d.link_layer in ("IB", "RoCE") and d.network != "OFI"]
+        layers: dict[str, list[str]] = {}
+        for device in devices:
+            layers.setdefault(str(device.link_layer), []).append(device.name)
+        if len(layers) < 2:
+            continue
+        # the minority is the odd one out; on a tie, RoCE (a front-end port on IB compute nodes)
+        odd = min(layers, key=lambda layer: (len(layers[layer]), layer != "RoCE"))
+        keep = [d for d in devices if d.link_layer != odd]
+        names = tuple(layers[odd])
+        if names in seen:
+            continue
+        seen.add(names)
+        odd_index = {d.index for d in devices if d.link_layer == odd}
+        failing = [m for kind in ("ib-completion", "ib-qp", "fatal") for m in log.messages(kind)]
+        via_odd = any(network != "Socket" and index in odd_index
+                      for r in log.ranks for network, index in r.channel_devices)
+        other = "InfiniBand" if odd == "RoCE" else "RoCE"
+        evidence = [f"{rank.label} listed " + ", ".join(d.label for d in devices),
+                    f"{', '.join(names)}: {odd} ({'Ethernet' if odd == 'RoCE' else 'InfiniBand'}"
+                    f" link layer) among {other} ports"]
+        if via_odd:
+            evidence.append("channels go through it: `via NET/.../"
+                            f"{'|'.join(map(str, sorted(i for i in odd_index if i is not None)))}`")
+        evidence += quote(failing)
+        hca = log.env.get("NCCL_IB_HCA")
+        if hca:
+            evidence.append(f"NCCL_IB_HCA set by environment to {hca}")
+        wanted = ",".join(f"{d.name}:{d.port}" if d.port is not None else d.name for d in keep)
+        findings.append(finding(
+            CODE_MIXED_LINK_LAYER, "error" if failing and via_odd else "warning",
+            f"NCCL uses {', '.join(names)} ({odd}) together with {other} ports: they are "
+            "different fabrics, and rings through them fail or crawl",
+            tuple(evidence),
+            f"select the ports of one fabric: export NCCL_IB_HCA=={wanted} (the leading `=` "
+            "means exactly these names) on every node" + (
+                f", instead of NCCL_IB_HCA={hca}" if hca else ""),
+        ))
+    return findings
+
+
+def _setting_checks(log: NcclLog) -> list[Finding]:
+    """``NCCL_IB_RETRY_CNT set by environment to 15.``: queue-pair settings out of range."""
+    # one range table for doctor and nccl-log; imported here, so `import clusterenv.nccl_log`
+    # stays light
+    from clusterenv.nccl.lint import ib_setting_problem  # noqa: PLC0415
+
+    findings = []
+    for name, value in sorted(log.env.items()):
+        problem = ib_setting_problem(name, value)
+        if problem is not None:
+            severity, reason, fix = problem
+            findings.append(finding(
+                CODE_IB_SETTING_RANGE, severity, reason,
+                (f"{name} set by environment to {value}",), fix,
+            ))
+    return findings
+
+
+def _ofi_checks(log: NcclLog) -> list[Finding]:
+    """``fi_getinfo: provider efa output empty list`` in a process whose libfabric plugin then
+    found no provider: no usable EFA (or other) device in that process."""
+    empty = log.messages("ofi-no-provider")
+    if not empty:
+        return []
+    if any(p.provider for p in log.plugins) or any(p.used for p in log.plugins):
+        return []  # another provider was selected: probing this one was normal
+    trouble = [m for m in (*log.warnings, *log.notices, *log.errors)
+               if ("NET/OFI" in m.text or "ofi" in (m.source or "").lower())
+               and m.kind != "ofi-no-provider"]
+    fatal = [m for m in log.errors if m.kind in ("error-trace", "nccl-error")]
+    providers = sorted({m.group(1) for e in empty
+                        if (m := _FI_PROVIDER.search(e.text)) is not None})
+    named = ", ".join(providers) or "the requested provider"
+    failed = bool(trouble or fatal or log.messages("fatal"))
+    evidence = quote(empty) + quote(trouble)
+    if not trouble:
+        evidence.append("no `NET/OFI Selected Provider` line: the plugin found no provider")
+    return [finding(
+        CODE_OFI_NO_PROVIDER, "error" if failed else "warning",
+        f"libfabric found no usable {named} device in this process (fi_getinfo returned nothing)"
+        + (", so the aws-ofi-nccl plugin could not open an endpoint" if failed else ""),
+        tuple(evidence),
+        "give the process the EFA devices: on Kubernetes request vpc.amazonaws.com/efa "
+        "resources, in Docker pass the /dev/infiniband/uverbs* devices; check with `fi_info -p "
+        f"{providers[0] if providers else 'efa'}` in the same container, and use the libfabric "
+        "of the EFA installer (LD_LIBRARY_PATH=/opt/amazon/efa/lib)",
+    )]
+
+
+_FI_PROVIDER = re.compile(r"provider ([\w;.-]{1,64})", re.ASCII)
+
+# Among errors, the most likely cause first: specific failures before what they lead to.
+_CAUSE_ORDER = (
+    CODE_MIXED_LINK_LAYER,  # an error only when a failing ring goes through the odd port
+    CODE_IB_COMPLETION_ERROR,
+    CODE_SOCKET_CHANNEL_UNROUTABLE,
+    CODE_IB_SETTING_RANGE,
+    CODE_IBVERBS_FAILURE,
+    CODE_IB_MEMLOCK,
+    CODE_SHM_EXHAUSTED,
+    CODE_NO_INTERFACE,
+    CODE_OFI_NO_PROVIDER,
+    CODE_MIXED_VERSION,
+    CODE_MIXED_TRANSPORT,
+    CODE_BOOTSTRAP_MANAGEMENT,
+    CODE_SOCKET_FALLBACK,
+    CODE_IB_QP_FAILURE,
+    CODE_CONNECT_TIMEOUT,
+    CODE_NCCL_ERROR,
+)

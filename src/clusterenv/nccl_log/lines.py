@@ -21,31 +21,40 @@ from typing import Any
 from clusterenv.nccl_log.model import INTERNAL_NETWORKS, SocketEndpoint, parse_ip
 
 __all__ = [
+    "FI_EMPTY",
     "TORCH_ERROR",
     "VERSION",
     "Fact",
+    "fi_getinfo",
     "find_marker",
     "kind_of",
+    "message_end",
     "parse_header",
     "parse_info",
-    "segments",
     "source_of",
+    "split_messages",
 ]
 
 #: ``("op", *arguments)``; see :func:`parse_info`.
 Fact = tuple[Any, ...]
 
 _A = re.ASCII
-_HOST_PID = r"[^\s:\[\]<>|]{1,255}:[0-9]{1,10}:[0-9]{1,10} \[[0-9]{1,5}\] "
+# A host name is letters, digits, "_", "." and "-" (RFC 1123 and container/pod names); anything
+# else in front of it (a launcher's "[1,0]<stdout>:", a CloudWatch " | " column, quotes) is a
+# decoration.
 _HEADER = re.compile(
-    r"([^\s:\[\]<>|]{1,255}):([0-9]{1,10}):[0-9]{1,10} \[([0-9]{1,5})\] ?"
+    r"([\w.-]{1,253}):([0-9]{1,10}):[0-9]{1,10} \[([0-9]{1,5})\] ?"
     r"(?:[\w./+-]{1,200}:[0-9]{1,6} ?)?$",
     _A,
 )
-_SOURCE = re.compile(r"([\w./+-]{1,200}\.(?:cc|cu|cpp|c|h):[0-9]{1,6}) ?$", _A)
-_SEGMENT = re.compile(
-    rf"(?:{_HOST_PID}(?:[\w./+-]{{1,200}}:[0-9]{{1,6}} )?)?NCCL (?:INFO|WARN) ", _A
+# An ISO 8601 / syslog-style date and time, possibly glued to the host name that follows it
+# (CloudWatch exports print "2025-03-01T12:00:00.123-07:00node1:42:42 [0] NCCL INFO ...").
+_TIMESTAMP = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:[.,][0-9]{1,9})?)?"
+    r"(?:Z|[+-][0-9]{2}(?::?[0-9]{2})?)?",
+    _A,
 )
+_SOURCE = re.compile(r"([\w./+-]{1,200}\.(?:cc|cu|cpp|c|h):[0-9]{1,6}) ?$", _A)
 #: ``NCCL version 2.27.5+cuda12.9``: group 1 the version, group 2 the CUDA version.
 VERSION = re.compile(
     r"NCCL version ([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3})[^\s+]{0,20}"
@@ -59,7 +68,11 @@ TORCH_ERROR = re.compile(
 )
 _ENV = re.compile(r"(NCCL_[A-Z0-9_]{1,64}) set (?:by environment )?to ?(.{0,1000})", _A)
 _INDEXED = re.compile(r"\[[0-9]{1,4}\]", _A)
-_IB_DEVICE = re.compile(r"\[([0-9]{1,4})\]([^\s:\[\]/;]{1,64}):([0-9]{1,3})/([A-Za-z]{1,16})", _A)
+_ALIAS = re.compile(r"[\w-]{0,15}[g-zG-Z_-][\w-]{0,15}", _A)
+_IB_DEVICE = re.compile(
+    r"\[([0-9]{1,4})\]([^\s:\[\]/;]{1,64}):([0-9]{1,3})/([A-Za-z]{1,16})((?:/[A-Za-z0-9_]{1,16}){0,4})",
+    _A,
+)
 _IB_DEVICE_DETAIL = re.compile(
     r"\[([0-9]{1,4})\] ([^\s:\[\]/]{1,64}):(?:uverbs[0-9]{1,4}:)?([0-9]{1,3})/([A-Za-z]{1,16})"
     r"(?:.{0,400}?\bspeed=([0-9]{1,9}))?",
@@ -76,9 +89,17 @@ _GDR_GPU = re.compile(
     _A,
 )
 _CHANNEL_NET = re.compile(
-    r"via NET/([^/\s]{1,64}(?: [^/\s]{1,64}){0,3})/[0-9]{1,4}(?:\([0-9]{1,7}\))?(/GDRDMA)?", _A
+    r"via NET/([^/\s]{1,64}(?: [^/\s]{1,64}){0,3})/([0-9]{1,4})(?:\([0-9]{1,7}\))?(/GDRDMA)?", _A
 )
 _COMM = re.compile(r"\brank ([0-9]{1,7}) n[Rr]anks ([0-9]{1,7})", _A)
+_NRANKS = re.compile(r"\bn[Rr]anks[ =:]{1,3}([0-9]{1,7})\b", _A)
+#: libfabric's ``fi_getinfo: provider efa output empty list`` (or ``returned -61 (No data
+#: available)``): the provider has no usable device in this process.
+FI_EMPTY = re.compile(
+    r"fi_getinfo: provider ([\w;.-]{1,64}) (?:output empty list|returned -[0-9]{1,5}"
+    r"(?: \([^)]{0,60}\))?)",
+    _A,
+)
 _NNODES = re.compile(r"\bnNodes ([0-9]{1,6})", _A)
 _DMABUF = re.compile(r"DMA-BUF is available on GPU device ([0-9]{1,3})", _A)
 _TRACE = re.compile(r"([\w./+-]{1,200}\.(?:cc|cu|cpp|c|h)):([0-9]{1,6}) -> ([0-9]{1,3})\b", _A)
@@ -109,13 +130,25 @@ _CONNECT = re.compile(
 _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("memlock", re.compile(r"ibv_reg_mr|RLIMIT_MEMLOCK|Cannot allocate memory")),
     ("ibverbs", re.compile(r"ibv_open_device|libibverbs|Unable to open device|ibv_get_device")),
-    ("ib-qp", re.compile(r"ibv_modify_qp|[Cc]ompletion .{0,80}with error|IBV_WC_|ibv_poll_cq")),
+    # "Got completion from peer 10.1.1.2<46045> with error 12" (NCCL <= 2.22), "... with
+    # status=12" / "status=transport retry counter exceeded(12)" (newer); IBV_WC_* names
+    ("ib-completion", re.compile(r"[Cc]ompletion .{0,200}?(?:with error|status[ =])|IBV_WC_")),
+    ("ib-qp", re.compile(r"ibv_modify_qp|ibv_poll_cq|ibv_create_qp")),
     ("shm", re.compile(r"posix_fallocate|No space left on device|shared memory|[Ss]hmOpen")),
     (
         "no-interface",
         re.compile(r"no socket interface|[Nn]o IP interface|no interface found|neither AF_INET"),
     ),
+    # fatal to the communicator: a CUDA call failed, or the proxy thread gave up on a peer
+    (
+        "fatal",
+        re.compile(
+            r"Cuda failure|CUDA error|cuda[A-Z]\w{0,40} failed|Proxy Service [0-9]{1,5}\] Failed|"
+            r"Failed to execute operation|Error encountered progressing operation"
+        ),
+    ),
     ("connect", _CONNECT),
+    ("ofi-no-provider", FI_EMPTY),
     ("plugin", re.compile(r"NET/OFI|NET/Plugin|libnccl-net|[Pp]lugin")),
 )
 
@@ -140,27 +173,66 @@ def find_marker(line: str, start: int = 0) -> int:
     return -1
 
 
-def segments(line: str) -> list[tuple[str, int]]:
-    """Split a line into which several processes wrote: ``(part, marker index in part)`` pairs."""
-    starts = list(_SEGMENT.finditer(line))
-    parts = []
-    for i, match in enumerate(starts):
-        end = starts[i + 1].start() if i + 1 < len(starts) else len(line)
-        parts.append((line[match.start() : end], match.end() - match.start() - 10))
-    return parts
+def split_messages(line: str, first: int) -> list[tuple[str, str, bool]]:
+    """Every NCCL message in a line: ``(text before it, message, is WARN)`` triples.
 
-
-def has_second_marker(line: str, after: int) -> bool:
-    """Whether another ``NCCL INFO`` / ``NCCL WARN`` marker follows index ``after``."""
-    return line.find("NCCL INFO ", after) >= 0 or line.find("NCCL WARN ", after) >= 0
+    ``first`` is the index of the first marker. Several processes may have written into one line,
+    and exports repeat a message in a second column (``... | node1:1:1 [0] NCCL INFO same``):
+    a message ends where the next ``host:pid:tid [dev]`` header or marker begins, and exact
+    repeats (same process, same text) are kept once.
+    """
+    markers: list[int] = []
+    pos = first
+    while pos >= 0 and len(markers) < 64:
+        markers.append(pos)
+        pos = find_marker(line, pos + 10)
+    starts = []  # where the header of each marker begins (the marker itself when none)
+    low = 0
+    for pos in markers:
+        region = line[max(low, pos - 600) : pos]
+        match = _HEADER.search(region)
+        starts.append(pos - len(region) + match.start() if match else pos)
+        low = pos + 10
+    out: list[tuple[str, str, bool]] = []
+    seen: set[tuple[object, bool, str]] = set()
+    low = 0
+    for i, pos in enumerate(markers):
+        end = starts[i + 1] if i + 1 < len(markers) else len(line)
+        head, msg = line[low:pos], message_end(line[pos + 10 : end])
+        low = pos + 10
+        header = parse_header(head)
+        key = (header[:2] if header else None, line[pos + 5] == "W", msg)
+        if key in seen or (header is None and msg and any(k[2] == msg for k in seen)):
+            continue
+        seen.add(key)
+        out.append((head, msg, key[1]))
+    return out
 
 
 def parse_header(head: str) -> tuple[str, int, int] | None:
-    """``"[rank3]:node1:4242:4250 [3] "`` -> ``("node1", 4242, 3)``; None without a prefix."""
-    match = _HEADER.search(head[-600:])
+    """``"[rank3]:node1:4242:4250 [3] "`` -> ``("node1", 4242, 3)``; None without a prefix.
+
+    Whatever precedes ``host:pid:tid [dev]`` is a decoration, including a timestamp glued to the
+    host name (``...-07:00node1:42:42 [0]`` is host ``node1``, not ``00node1``).
+    """
+    tail = head[-600:]
+    match = _HEADER.search(tail)
     if match is None:
         return None
-    return match.group(1), int(match.group(2)), int(match.group(3))
+    host, start = match.group(1), match.start(1)
+    for stamp in _TIMESTAMP.finditer(tail, max(0, start - 40), match.end(1)):
+        if stamp.start() < start < stamp.end() < match.end(1):
+            host = tail[stamp.end() : match.end(1)]
+            break
+    return host, int(match.group(2)), int(match.group(3))
+
+
+def message_end(text: str) -> str:
+    """A message without what exports append: a ``" | "`` column, trailing quotes or spaces."""
+    bar = text.find(" | ")
+    if bar >= 0:
+        text = text[:bar]
+    return text.strip().rstrip('|"').rstrip()
 
 
 def source_of(head: str) -> str | None:
@@ -181,7 +253,14 @@ def _endpoint(token: str) -> SocketEndpoint | None:
         if parse_ip(body[colon + 1 :]) is not None:
             return SocketEndpoint(body[:colon], body[colon + 1 :])
         colon = body.find(":", colon + 1)
-    return SocketEndpoint(body[:first], None)
+    # No address (cut short or redacted): keep alias labels such as "eno1:avahi", which cannot be
+    # the start of an address (a letter beyond a-f), so a cut "eth0:172.1" stays "eth0".
+    name = body[:first]
+    for label in body[first + 1 :].split(":"):
+        if not _ALIAS.fullmatch(label):
+            break
+        name += ":" + label
+    return SocketEndpoint(name, None)
 
 
 def _endpoints(text: str) -> tuple[SocketEndpoint, ...]:
@@ -212,15 +291,20 @@ def _bootstrap(msg: str) -> Fact | None:
 
 
 def _net_ib(msg: str) -> Fact | None:
-    rest = _after(msg, 6)
+    # "NET/IB : ...", "NET/IB: ..." and plugins built on it: "NET/IBext_v8 : Using ..."
+    end = 6
+    while end < len(msg) and end < 40 and msg[end] not in " :":
+        end += 1
+    network = msg[4:end]
+    rest = _after(msg, end)
     if rest.startswith("Using"):
         devices_part, _, oob_part = rest[5:].partition("OOB")
         devices = tuple(m.groups() for m in _IB_DEVICE.finditer(devices_part))
         oob = _endpoints(oob_part)
-        return ("ib_using", devices, oob[0] if oob else None)
+        return ("ib_using", network, devices, oob[0] if oob else None)
     if rest.startswith("["):
         detail = _IB_DEVICE_DETAIL.match(rest)
-        return ("ib_device", *detail.groups()) if detail else None
+        return ("ib_device", network, *detail.groups()) if detail else None
     if "GPU Direct RDMA" in rest:
         return _gdr_hca(rest)
     if rest.startswith("No device found"):
@@ -255,6 +339,8 @@ def _net_plugin(msg: str) -> Fact | None:
 
 
 def _net_ofi(msg: str) -> Fact:
+    if "fi_getinfo" in msg and FI_EMPTY.search(msg):
+        return ("notice", "ofi-no-provider")
     version = _OFI_VERSION.match(msg)
     if version:
         return ("ofi_version", version.group(1))
@@ -309,9 +395,13 @@ def _channel(msg: str) -> Fact | None:
     if "via NET/" not in msg:
         return None
     match = _CHANNEL_NET.search(msg)
-    # only the receive side tells whether GPUDirect RDMA is on: the send side also needs
-    # NCCL_NET_GDR_READ, which is off by default before Ampere without NVLink
-    return ("channel", match.group(2) is not None) if match and "[send]" not in msg else None
+    if match is None:
+        return None
+    # ("channel", network, device index, receive side, /GDRDMA). Only the receive side tells
+    # whether GPUDirect RDMA is on: the send side also needs NCCL_NET_GDR_READ, which is off by
+    # default before Ampere without NVLink.
+    network, index, gdr = match.groups()
+    return ("channel", network, int(index), "[send]" not in msg, gdr is not None)
 
 
 def _gdr_gpu(msg: str) -> Fact | None:
@@ -332,12 +422,13 @@ def _dmabuf(msg: str) -> Fact | None:
 def _comm(msg: str) -> Fact | None:
     ranks = _COMM.search(msg)
     nodes = _NNODES.search(msg)
-    if ranks is None and nodes is None:
+    alone = None if ranks else _NRANKS.search(msg)  # NCCL 2.4: "nranks 16" without "rank N"
+    if ranks is None and nodes is None and alone is None:
         return None
     return (
         "comm",
         int(ranks.group(1)) if ranks else None,
-        int(ranks.group(2)) if ranks else None,
+        int(ranks.group(2)) if ranks else int(alone.group(1)) if alone else None,
         int(nodes.group(1)) if nodes else None,
     )
 
@@ -402,7 +493,18 @@ def parse_info(msg: str) -> Fact | None:
     """
     parse = _BY_HEAD.get(msg[:4])
     if parse is not None:
-        return parse(msg)
+        fact = parse(msg)
+        if fact is not None:
+            return fact
     if " -> " in msg:
         return _trace(msg)
+    if "anks" in msg:
+        return _comm(msg)
+    if "fi_getinfo" in msg:
+        return fi_getinfo(msg)
     return None
+
+
+def fi_getinfo(text: str) -> Fact | None:
+    """``("notice", "ofi-no-provider")`` for libfabric's empty ``fi_getinfo`` answer."""
+    return ("notice", "ofi-no-provider") if FI_EMPTY.search(text) else None

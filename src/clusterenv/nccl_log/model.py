@@ -73,12 +73,16 @@ class RankInfo:
         transport: Network it used, e.g. ``"IB"``, ``"Socket"``, ``"Libfabric"``.
         devices: Network devices it listed, e.g. ``("mlx5_0:1/RoCE",)``.
         plugin: External network plugin it loaded, e.g. ``"AWS Libfabric"``.
-        net_channels: Receiving channel connections through the network
-            (``[receive] via NET/...``).
+        net_channels: Receiving channel connections through an RDMA network
+            (``[receive] via NET/IB/0``; ``NET/Socket`` channels never use GPUDirect RDMA and
+            are not counted).
         gdr_channels: Of those, how many use GPUDirect RDMA (``/GDRDMA``).
         env: Settings it reported as taken from the environment, e.g.
             ``{"NCCL_SOCKET_IFNAME": "enp25s0np0"}``.
         first_line: Line number (1-based) of its first line in the log.
+        channel_devices: The network devices its channels go through, as ``(network, index)``
+            pairs, e.g. ``(("Socket", 1),)`` for ``via NET/Socket/1``: the index is the ``[1]``
+            entry of that network's ``Using`` list.
     """
 
     host: str | None
@@ -98,6 +102,7 @@ class RankInfo:
     gdr_channels: int
     env: dict[str, str]
     first_line: int
+    channel_devices: tuple[tuple[str, int], ...] = ()
 
     @property
     def label(self) -> str:
@@ -120,6 +125,8 @@ class NetDevice:
         link_layer: NCCL's link word: ``"IB"`` (InfiniBand) or ``"RoCE"`` (Ethernet).
         speed_mbps: Speed when NCCL printed it (2.27+), e.g. ``400000``.
         hosts: Hosts that listed it.
+        suffixes: What NCCL printed after the link layer, e.g. ``("SHARP",)`` for
+            ``[0]mlx5_0:1/IB/SHARP`` (the SHARP plugin's collective-capable devices).
     """
 
     __json_extra__ = ("label",)
@@ -131,12 +138,14 @@ class NetDevice:
     link_layer: str | None
     speed_mbps: int | None
     hosts: tuple[str, ...]
+    suffixes: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
-        """As NCCL writes it, e.g. ``"mlx5_0:1/RoCE"``."""
+        """As NCCL writes it, e.g. ``"mlx5_0:1/RoCE"`` or ``"mlx5_0:1/IB/SHARP"``."""
         text = self.name if self.port is None else f"{self.name}:{self.port}"
-        return f"{text}/{self.link_layer}" if self.link_layer else text
+        text = f"{text}/{self.link_layer}" if self.link_layer else text
+        return "/".join((text, *self.suffixes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +156,10 @@ class GpuDirect:
         hcas: NCCL's verdict per HCA (``GPU Direct RDMA Enabled|Disabled for HCA 0 'mlx5_0'``),
             e.g. ``{"mlx5_0": True}``; False when any process said Disabled.
         dmabuf_gpus: CUDA devices with ``DMA-BUF is available on GPU device N``.
-        net_channels: Receiving channel connections through the network
+        net_channels: Receiving channel connections through an RDMA network
             (``[receive] via NET/IB/0/GDRDMA``). The send side is not counted: it uses GPUDirect
-            only where ``NCCL_NET_GDR_READ`` allows (off by default before Ampere without NVLink).
+            only where ``NCCL_NET_GDR_READ`` allows (off by default before Ampere without
+            NVLink); nor are ``NET/Socket`` channels, which never use GPUDirect RDMA.
         gdr_channels: Of those, how many use GPUDirect RDMA (``/GDRDMA``).
         distance_disabled: GPU/HCA pairs NCCL refused for distance, e.g.
             ``("GPU 1c000 / HCA 0 (distance 5 > 2)",)``.
@@ -283,7 +293,10 @@ class NcclLog:
     @property
     def multi_node(self) -> bool | None:
         """Whether the job spans nodes: True, False (NCCL said ``nNodes 1``) or None (unknown)."""
-        if (self.nnodes or 0) > 1 or len(self.hosts) > 1 or self.gpudirect.net_channels:
+        # channels through a network (NET/IB, NET/Socket, a plugin) connect different nodes
+        if (self.nnodes or 0) > 1 or len(self.hosts) > 1 or any(
+            r.channel_devices for r in self.ranks
+        ):
             return True
         return False if self.nnodes == 1 else None
 

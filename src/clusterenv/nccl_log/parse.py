@@ -10,19 +10,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from clusterenv.nccl_log.lines import (
     TORCH_ERROR,
     VERSION,
     Fact,
+    fi_getinfo,
     find_marker,
-    has_second_marker,
     kind_of,
+    message_end,
     parse_header,
     parse_info,
-    segments,
     source_of,
+    split_messages,
 )
 from clusterenv.nccl_log.model import (
     INTERNAL_NETWORKS,
@@ -35,7 +37,18 @@ from clusterenv.nccl_log.model import (
     SocketEndpoint,
 )
 
-__all__ = ["parse_lines"]
+__all__ = ["MAX_LINE", "parse_lines", "parse_stream"]
+
+#: Characters of one line that are read; the rest of a longer line is skipped unread, so that a
+#: file without newlines (a binary, a log joined into one line) costs bounded memory.
+MAX_LINE = 65_536
+# Facts that only set something the first time (first value wins, or a union): replaying them
+# for a line seen before changes nothing, so a repeated line does not run them again.
+_ONCE = frozenset({
+    "bootstrap", "comm", "dmabuf", "env", "gdr_distance", "gdr_hca", "ib_device", "ib_using",
+    "network", "ofi", "ofi_group", "ofi_provider", "ofi_version", "plugin_external",
+    "plugin_loaded", "plugin_requested", "plugin_trouble", "socket", "version",
+})
 
 # Distinct messages kept per list; a log of a million different retries stays small.
 _MAX_MESSAGES = 500
@@ -44,6 +57,8 @@ _MAX_TEXT = 400
 # cache is emptied when full: lines of one process come close together).
 _MAX_CACHED = 50_000
 _MISSING: Any = object()
+_TAGS = frozenset({"INFO ", "WARN "})
+_TRAILERS = frozenset({"|", '"'})
 
 
 class _Plugin:
@@ -64,6 +79,8 @@ class _Process:
 
     __slots__ = (
         "bootstrap",
+        "channel_devices",
+        "channel_net",
         "cuda_device",
         "devices",
         "env",
@@ -82,11 +99,11 @@ class _Process:
         "version",
     )
 
-    def __init__(self, host: str | None, pid: int | None, cuda_device: int | None, line: int):
+    def __init__(self, host: str | None, pid: int | None, cuda_device: int | None):
         self.host = host
         self.pid = pid
         self.cuda_device = cuda_device
-        self.first_line = line
+        self.first_line = 0
         self.rank: int | None = None
         self.nranks: int | None = None
         self.version: str | None = None
@@ -99,12 +116,14 @@ class _Process:
         self.plugin: _Plugin | None = None
         self.net_channels = 0
         self.gdr_channels = 0
+        self.channel_net: str | None = None  # network of its first "via NET/..." channel
+        self.channel_devices: dict[tuple[str, int], None] = {}
         self.env: dict[str, str] = {}
 
     def has_facts(self) -> bool:
         return self.pid is not None or bool(
             self.bootstrap or self.socket_ifs or self.network or self.inferred or self.env
-            or self.version or self.devices or self.plugin or self.net_channels
+            or self.version or self.devices or self.plugin or self.channel_net
         )
 
 
@@ -139,6 +158,9 @@ class _Parser:
         self.matched = 0
         self.facts: dict[str, Fact | None] = {}
         self.by_head: dict[str, _Process] = {}
+        # whole line -> what it does: False (no marker), True (marker, nothing to do) or the
+        # actions left to run when the same line comes again (see _analyse)
+        self.by_line: dict[str, Any] = {}
         self.procs: dict[tuple[str | None, int | None], _Process] = {}
         self.plugins: dict[str, _Plugin] = {}
         self.cuda: str | None = None
@@ -155,61 +177,116 @@ class _Parser:
         self.ops: dict[str, Callable[..., None]] = {
             name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")
         }
+        self.skip_rest: Callable[[], None] | None = None
+        self.cache_from = 0  # line number from which lines are remembered again
+        self.cache_start = 0  # line number where the line cache was last emptied
 
     # -- reading ------------------------------------------------------------------------------
 
     def feed(self, lines: Iterable[str]) -> int:
-        """Read every line; returns how many there were."""
-        facts, ops, by_head, proc_of, info = (
-            self.facts, self.ops, self.by_head, self._proc, self._info
-        )
+        """Read every line; returns how many there were.
+
+        The hot path is one dict lookup per line: a line seen before (every rank prints the same
+        lines, jobs repeat them) replays only the actions that still change something.
+        """
+        by_line = self.by_line
+        get, analyse = by_line.get, self._analyse
         number = matched = 0
         for number, line in enumerate(lines, 1):
-            pos = line.find("NCCL ")
-            if pos < 0:
+            actions = get(line)
+            if actions is None:
+                actions = analyse(line, number)
+            if actions is False:
                 continue
-            tag = line[pos + 5 : pos + 10]
-            if tag != "INFO " and tag != "WARN ":  # noqa: PLR1714 (the hot path: no tuple)
-                pos = find_marker(line, pos + 5)
-                if pos < 0:
-                    self._unmarked(line, number)
-                    continue
             matched += 1
-            start = pos + 10
-            if line.find("NCCL ", start) >= 0 and has_second_marker(line, start):  # rare
-                for part, marker in segments(line):
-                    self._one(part, marker, number)
-                continue
-            msg = line[start:].strip()
-            if line[pos + 5] == "W":
-                self._warn(line[:pos], msg, number)
-                continue
-            fact = facts.get(msg, _MISSING)
-            if fact is _MISSING:
-                fact = info(msg)
-            if fact is not None:
-                head = line[:pos]
-                ops[fact[0]](by_head.get(head) or proc_of(head, number), msg, number, fact)
+            if actions is not True:
+                for op, proc, msg, fact in actions:
+                    op(proc, msg, number, fact)
         self.matched += matched
         return number
 
-    def _info(self, msg: str) -> Fact | None:
+    def _analyse(self, line: str, number: int) -> Any:
+        """What a line not seen before does: runs its actions once and remembers what a repeat
+        of the line must run again. Returns whether the line carries a marker."""
+        cache = True
+        if len(line) >= MAX_LINE and line[-1:] != "\n":
+            if self.skip_rest is not None:
+                self.skip_rest()  # the rest of an over-long line is not read (memory bound)
+            line, cache = line[:MAX_LINE], False
+        pos = line.find("NCCL ")
+        if pos >= 0 and line[pos + 5 : pos + 10] not in _TAGS:
+            pos = find_marker(line, pos + 5)
+        result: Any
+        if pos < 0:
+            self._unmarked(line, number)
+            result = False
+        elif line[pos + 5] == "I" and line.find("NCCL ", pos + 10) < 0:  # nearly every line
+            msg = line[pos + 10 :].strip()
+            if " | " in msg or msg[-1:] in _TRAILERS:
+                msg = message_end(msg)
+            fact = self.facts.get(msg, _MISSING)
+            if fact is _MISSING:
+                fact = self._fact(msg)
+            if fact is None:
+                result = True
+            else:
+                head = line[:pos]
+                proc = self.by_head.get(head) or self._proc(head)
+                op = self.ops[fact[0]]
+                proc.first_line = proc.first_line or number
+                op(proc, msg, number, fact)
+                result = True if fact[0] in _ONCE else ((op, proc, msg, fact),)
+        else:
+            result = self._messages(line, pos, number)
+        if cache and number >= self.cache_from:
+            if len(self.by_line) >= _MAX_CACHED:
+                self._cache_full(number)
+            self.by_line[line] = result
+        return result is not False
+
+    def _cache_full(self, number: int) -> None:
+        """Empty the line cache (memory stays bounded). When fewer lines were read since it was
+        last emptied than it holds twice over, repeats were rare (every line new, as in logs
+        with a counter or a timestamp in each line): remembering costs more than it saves, so
+        stop for a while."""
+        if number - self.cache_start < 2 * _MAX_CACHED:
+            self.cache_from = number + 20 * _MAX_CACHED
+        self.by_line.clear()
+        self.cache_start = max(number, self.cache_from)
+
+    def _messages(self, line: str, pos: int, number: int) -> Any:
+        """A WARN line, or a line holding several messages: run them, return the repeatable."""
+        actions = []
+        for head, msg, is_warn in split_messages(line, pos):
+            action = self._warn_action(head, msg) if is_warn else self._info_action(head, msg)
+            if action is not None:
+                actions.append(action)
+        for op, proc, msg, fact in actions:
+            proc.first_line = proc.first_line or number
+            op(proc, msg, number, fact)
+        # facts that only set something once (first value wins) need not run again
+        return tuple(a for a in actions if a[3][0] not in _ONCE) or True
+
+    def _fact(self, msg: str) -> Fact | None:
         fact = parse_info(msg)
         if len(self.facts) >= _MAX_CACHED:
-            self.facts.clear()  # keep memory bounded; what repeats comes back soon
+            self.facts.clear()
         self.facts[msg] = fact
         return fact
 
-    def _one(self, line: str, pos: int, number: int) -> None:
-        msg = line[pos + 10 :].strip()
-        if line[pos + 5] == "W":
-            self._warn(line[:pos], msg, number)
-            return
-        fact = parse_info(msg)
-        if fact is not None:
-            self.ops[fact[0]](self._proc(line[:pos], number), msg, number, fact)
+    def _info_action(self, head: str, msg: str) -> tuple[Any, ...] | None:
+        fact = self.facts.get(msg, _MISSING)
+        if fact is _MISSING:
+            fact = self._fact(msg)
+        if fact is None:
+            return None
+        return (self.ops[fact[0]], self._proc(head), msg, fact)
 
-    def _proc(self, head: str, number: int) -> _Process:
+    def _warn_action(self, head: str, msg: str) -> tuple[Any, ...]:
+        text = msg[:_MAX_TEXT]
+        return (self._op_warn, self._proc(head), msg, ("warn", kind_of(text), source_of(head)))
+
+    def _proc(self, head: str) -> _Process:
         proc = self.by_head.get(head)
         if proc is not None:
             return proc
@@ -218,24 +295,29 @@ class _Parser:
         proc = self.procs.get(key)
         if proc is None:
             device = header[2] if header else None
-            proc = self.procs[key] = _Process(key[0], key[1], device, number)
+            proc = self.procs[key] = _Process(key[0], key[1], device)
         if len(self.by_head) >= _MAX_CACHED:
             self.by_head.clear()
         self.by_head[head] = proc
         return proc
 
     def _unmarked(self, line: str, number: int) -> None:
-        """A line naming NCCL without a marker: PyTorch's errors, ``NCCL_DEBUG=VERSION`` output."""
+        """A line without a marker: PyTorch's ``NCCL error``, ``NCCL_DEBUG=VERSION`` output,
+        libfabric's own log (``fi_getinfo: provider efa output empty list``)."""
+        if "fi_getinfo" in line and fi_getinfo(line) is not None:
+            text = line[line.find("fi_getinfo") :].strip()
+            self.notices.add(text, "ofi-no-provider", None, number, None)
+        if "NCCL" not in line:
+            return
         if TORCH_ERROR.search(line):
             self.errors.add(line.strip(), "nccl-error", None, number, None)
         match = VERSION.search(line)
         if match and self.fallback_version is None:
             self.fallback_version = match.group(1)
 
-    def _warn(self, head: str, msg: str, number: int) -> None:
-        proc = self._proc(head, number)
-        kind = kind_of(msg[:_MAX_TEXT])
-        self.warnings.add(msg, kind, source_of(head), number, proc.host)
+    def _op_warn(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
+        _, kind, source = fact
+        self.warnings.add(msg, kind, source, number, proc.host)
         if kind == "plugin" and proc.plugin:
             proc.plugin.evidence[msg[:_MAX_TEXT]] = None
 
@@ -248,19 +330,20 @@ class _Parser:
         self.notices.add(msg, fact[1], None, number, proc.host)
 
     def _op_socket(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        proc.socket_ifs = fact[1]
+        proc.socket_ifs = proc.socket_ifs or fact[1]
         proc.inferred = proc.inferred or "Socket"
 
     def _op_ib_using(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        _, devices, oob = fact
-        for index, name, port, link in devices:
-            self._device(proc, "IB", index, name, port, link=link)
-        proc.oob = oob or proc.oob
-        proc.inferred = "IB"
+        _, network, devices, oob = fact
+        for index, name, port, link, suffixes in devices:
+            self._device(proc, network, index, name, port, link=link, suffixes=suffixes)
+        proc.oob = proc.oob or oob
+        if proc.inferred in (None, "Socket"):  # NCCL tries RDMA first, sockets when it fails
+            proc.inferred = network
 
     def _op_ib_device(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        _, index, name, port, link, speed = fact
-        self._device(proc, "IB", index, name, port, link=link, speed=speed)
+        _, network, index, name, port, link, speed = fact
+        self._device(proc, network, index, name, port, link=link, speed=speed)
 
     def _device(
         self,
@@ -272,18 +355,23 @@ class _Parser:
         *,
         link: str | None = None,
         speed: str | None = None,
+        suffixes: str = "",
     ) -> None:
         port_number = int(port) if port is not None else None
         key = (network, name, port_number)
         entry = self.devices.get(key)
         if entry is None:
-            entry = self.devices[key] = [int(index), link, None, {}]  # index, link, speed, hosts
+            # index, link, speed, hosts, suffixes ("/SHARP"), the processes' indices
+            entry = self.devices[key] = [int(index), link, None, {}, suffixes]
         if speed is not None:
             entry[2] = int(speed)
+        if suffixes and not entry[4]:
+            entry[4] = suffixes
         if proc.host:
             entry[3][proc.host] = None
         label = name if port_number is None else f"{name}:{port_number}"
-        proc.devices[f"{label}/{link}" if link else label] = None
+        label = f"{label}/{link}" if link else label
+        proc.devices[label + (entry[4] or "")] = None
 
     def _op_gdr_hca(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
         _, name, enabled = fact
@@ -297,8 +385,12 @@ class _Parser:
         self.dmabuf[fact[1]] = None
 
     def _op_channel(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        proc.net_channels += 1
-        proc.gdr_channels += fact[1]
+        _, network, index, receive, gdr = fact
+        proc.channel_net = proc.channel_net or network
+        proc.channel_devices[(network, index)] = None
+        if receive and network != "Socket":  # sockets never use GPUDirect RDMA
+            proc.net_channels += 1
+            proc.gdr_channels += gdr
 
     def _op_comm(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
         _, rank, nranks, nnodes = fact
@@ -317,7 +409,7 @@ class _Parser:
         proc.env.setdefault(fact[1], fact[2])
 
     def _op_network(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        proc.network = fact[1]
+        proc.network = proc.network or fact[1]
 
     def _op_trace(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
         _, source, text = fact
@@ -406,8 +498,10 @@ class _Parser:
             ranks=tuple(ranks),
             transports=tuple(dict.fromkeys(r.transport for r in ranks if r.transport)),
             devices=tuple(
-                NetDevice(network, index, name, port, link, speed, tuple(hosts))
-                for (network, name, port), (index, link, speed, hosts) in self.devices.items()
+                NetDevice(network, index, name, port, link, speed, tuple(hosts),
+                          tuple(suffixes.split("/")[1:]))
+                for (network, name, port), (index, link, speed, hosts, suffixes)
+                in self.devices.items()
             ),
             gpudirect=GpuDirect(
                 hcas=dict(self.gdr_hcas),
@@ -441,11 +535,12 @@ def _rank(proc: _Process) -> RankInfo:
         bootstrap_address=bootstrap.address if bootstrap else None,
         socket_interfaces=proc.socket_ifs,
         oob=proc.oob,
-        transport=proc.network or proc.inferred,
+        transport=proc.network or proc.channel_net or proc.inferred,
         devices=tuple(proc.devices),
         plugin=proc.plugin.name if proc.plugin else None,
         net_channels=proc.net_channels,
         gdr_channels=proc.gdr_channels,
+        channel_devices=tuple(sorted(proc.channel_devices)),
         env=dict(proc.env),
         first_line=proc.first_line,
     )
@@ -469,3 +564,20 @@ def parse_lines(lines: Iterable[str]) -> NcclLog:
     """Parse log lines (see :func:`clusterenv.nccl_log.parse_nccl_log`)."""
     parser = _Parser()
     return parser.finish(parser.feed(lines))
+
+
+def parse_stream(stream: Any) -> NcclLog:
+    """Parse an open text file, reading at most :data:`MAX_LINE` characters of any line."""
+    readline = getattr(stream, "readline", None)
+    if readline is None:
+        return parse_lines(stream)
+    parser = _Parser()
+
+    def skip_rest() -> None:
+        while True:
+            piece = readline(MAX_LINE)
+            if not piece or piece.endswith("\n"):
+                return
+
+    parser.skip_rest = skip_rest
+    return parser.finish(parser.feed(iter(partial(readline, MAX_LINE), "")))
