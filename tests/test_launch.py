@@ -442,10 +442,13 @@ def test_missing_torchrun_is_a_clear_error(tmp_path: Path) -> None:
     assert "[launch-torchrun-missing]" in dry.stdout
 
 
+# One write(2) per line: under PYTHONUNBUFFERED print() writes the text and the newline
+# separately, and the two workers share one pipe, so their lines could interleave.
 _WORKER = """\
 import os, sys
-print(f"worker rank={os.environ['RANK']} world={os.environ['WORLD_SIZE']} "
-      f"parent={os.getppid()}", flush=True)
+line = (f"worker rank={os.environ['RANK']} world={os.environ['WORLD_SIZE']} "
+        f"parent={os.getppid()}\\n")
+os.write(1, line.encode())
 sys.exit(int(os.environ.get("WORKER_EXIT", "0")))
 """
 

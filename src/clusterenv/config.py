@@ -400,7 +400,7 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
             names,
             f"{'/'.join(names)}={primary} is a loopback address but NUM_NODES={nodes}: other nodes "
             "cannot reach it and the rendezvous hangs",
-            f"set {names[0]} to the primary node's cluster IP address",
+            env.fix(names[0], rejected=primary),
             "config-loopback-primary",
         )
     node_addr = fields.get("node_addr")
@@ -413,7 +413,7 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
         env.problem(
             ("NODE_ADDR",),
             f"NODE_ADDR={node_addr} is a loopback address but NUM_NODES={nodes}",
-            "set NODE_ADDR to this node's cluster IP address",
+            env.fix("NODE_ADDR", rejected=node_addr),
             "config-loopback-node",
         )
     if "world_size" not in fields and isinstance(nodes, int) and isinstance(trainers, int):

@@ -67,6 +67,29 @@ class EnvReader:
         """Record a problem."""
         self.reading.problems.append(ConfigProblem(variables, message, fix, code))
 
+    def fix(self, name: str, *, rejected: str | None = None) -> str:
+        """``export NAME=VALUE`` with a value the other variables support, else a placeholder;
+        never ``rejected`` (see :mod:`clusterenv.sources._fixes`)."""
+        from clusterenv.sources._fixes import fix_for  # noqa: PLC0415  # it imports this module
+
+        return fix_for(name, self.environ, rejected=rejected)
+
+    def _agreeing_fix(
+        self, names: tuple[str, ...], first: tuple[str, str], second: tuple[str, str]
+    ) -> str:
+        """The fix of two spellings that disagree: the one a third variable (``HOST_NODE_ADDR``)
+        supports, else a placeholder for both."""
+        from clusterenv.sources._fixes import evidenced_value, placeholder  # noqa: PLC0415
+
+        third = {k: v for k, v in self.environ.items() if k not in names}
+        arbiter = evidenced_value(first[0], third)
+        if arbiter is not None:
+            for (wrong, _), (_, right) in ((first, second), (second, first)):
+                if _same_value(arbiter, right):
+                    return f"export {wrong}={right}"
+        return (f"set both to the same value: export {first[0]}={placeholder(first[0])}; "
+                f"export {second[0]}=${first[0]}")
+
     def get(self, name: str) -> str | None:
         """The value of ``name``, or None when it is unset. An empty value counts as unset."""
         value = self.environ.get(name)
@@ -94,7 +117,7 @@ class EnvReader:
                 self.problem(
                     names,
                     f"{spelled} is not set ({what}); this source requires it",
-                    f"export {names[0]}={example}",
+                    self.fix(names[0]),
                     "config-missing",
                 )
             return None
@@ -105,7 +128,7 @@ class EnvReader:
                     (name, other),
                     f"{name}={value!r} and {other}={other_value!r} disagree: they are two "
                     f"spellings of {what} and must be equal",
-                    f"set both to the same value, e.g. export {other}={value}",
+                    self._agreeing_fix(names, (name, value), (other, other_value)),
                     "config-alias-mismatch",
                 )
         return name, value
@@ -145,7 +168,7 @@ class EnvReader:
             self.problem(
                 (name,),
                 f"{name}={value!r}: expected {kind} decimal integer ({what}, e.g. {example})",
-                f"export {name}={example}",
+                self.fix(name, rejected=value),
                 "config-not-integer",
             )
             return None
@@ -153,7 +176,7 @@ class EnvReader:
             self.problem(
                 (name,),
                 f"{name}={value!r}: too large for {what}",
-                f"export {name}={example}",
+                self.fix(name, rejected=value),
                 "config-out-of-range",
             )
             return None
@@ -163,7 +186,7 @@ class EnvReader:
             self.problem(
                 (name,),
                 f"{name}={value!r}: {what} must be {bound}",
-                f"export {name}={example}",
+                self.fix(name, rejected=value),
                 "config-out-of-range",
             )
             return None
@@ -192,7 +215,7 @@ class EnvReader:
             self.problem(
                 (name,),
                 f"{name}={value!r}: expected an IP address or host name ({what})",
-                f"export {name}={example}",
+                self.fix(name, rejected=value),
                 "config-bad-address",
             )
         return host
@@ -212,7 +235,7 @@ class EnvReader:
             self.problem(
                 (name,),
                 f"{name}={value!r} is not an IP address ({what})",
-                f"export {name}={example} (the address of this node on the cluster network)",
+                self.fix(name, rejected=value),
                 "config-bad-address",
             )
             return None

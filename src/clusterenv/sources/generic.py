@@ -138,7 +138,7 @@ def _count(env: EnvReader, *names: str, what: str, example: str, minimum: int) -
             env.problem(
                 (name,),
                 f"{name}={value!r} is an elastic range; clusterenv needs a fixed node count",
-                f"export NUM_NODES={high.strip() or example}",
+                env.fix("NUM_NODES") if not high.strip() else f"export NUM_NODES={high.strip()}",
                 "config-elastic-range",
             )
             return None

@@ -104,7 +104,7 @@ class LightningSource(Source):
                 )
             return reading
         per_node = None
-        if world is not None:
+        if world is not None and nodes[1] >= 1:  # NUM_NODES=0 is the outer source's problem
             if world % nodes[1]:
                 env.problem(
                     ("WORLD_SIZE", nodes[0].split(" ")[0]),
