@@ -150,8 +150,14 @@ def test_show_json_has_every_part(tmp_path: Path, capsys: pytest.CaptureFixture[
     roce_node(tmp_path, rails=2)
     assert main(["show", "--root", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["config", "network", "rdma", "host", "plan", "findings"]
+    assert list(data) == ["config", "network", "rdma", "host", "plan", "nccl_bootstrap",
+                          "findings"]
     assert data["config"]["source"] == "runpod"
+    # A snapshot is not this host: NCCL is not asked, the prediction says so.
+    boot = data["nccl_bootstrap"]
+    assert (boot["by"], boot["note"]) == (
+        "prediction", "not asked: a host snapshot is not this host")
+    assert boot["planned"]["interface"] == "ens1" and boot["planned"]["by"] == "prediction"
     assert [i["name"] for i in data["network"]["interfaces"]][:3] == ["ens1", "ens2", "eth0"]
     assert [d["name"] for d in data["rdma"]["devices"]] == ["mlx5_0", "mlx5_1"]
     assert data["rdma"]["transport"] == "roce"

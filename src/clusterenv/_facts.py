@@ -26,9 +26,11 @@ from clusterenv.nccl.version import NcclVersion, detect_nccl_versions
 from clusterenv.sources import runpod
 
 if TYPE_CHECKING:
+    from clusterenv._addresses import IPInterface
     from clusterenv.config import ClusterConfig, ConfigCheck
     from clusterenv.findings import Finding
     from clusterenv.host import HostFacts
+    from clusterenv.nccl.bootstrap import NcclBootstrap
     from clusterenv.network import Interface, NetworkInterfaces
     from clusterenv.rdma import RdmaInfo
 
@@ -98,6 +100,8 @@ class Facts:
         rdma: RDMA devices, when already detected.
         host: Host facts, when already detected.
         nccl_version: A version to assume instead of detecting it, e.g. ``"2.19.3"``.
+        nccl_reported: Versions NCCL itself reported (see :mod:`clusterenv.nccl.probe`): the
+            strongest evidence, listed before what is detected.
     """
 
     def __init__(
@@ -110,6 +114,7 @@ class Facts:
         rdma: RdmaInfo | None = None,
         host: HostFacts | None = None,
         nccl_version: str | None = None,
+        nccl_reported: tuple[NcclVersion, ...] = (),
     ) -> None:
         self.environ = environ
         self.root = root
@@ -118,6 +123,10 @@ class Facts:
         self._given_rdma = rdma
         self._given_host = host
         self._given_version = nccl_version
+        self._reported_versions = nccl_reported
+        #: NCCL's bootstrap interface now and with the plan applied (asked or predicted); set by
+        #: ``diagnose_with_plan``.
+        self.bootstrap: NcclBootstrap | None = None
 
     # -- the cluster contract ---------------------------------------------------------------
 
@@ -186,7 +195,10 @@ class Facts:
     @cached_property
     def nccl_versions(self) -> tuple[NcclVersion, ...]:
         """Evidence of the NCCL version, most likely first; empty when unknown."""
-        return detect_nccl_versions(self.environ, self.root, override=self._given_version)
+        if self._given_version is not None:
+            return detect_nccl_versions(self.environ, self.root, override=self._given_version)
+        detected = detect_nccl_versions(self.environ, self.root)
+        return (*self._reported_versions, *detected)
 
     # -- the cluster interface --------------------------------------------------------------
 
@@ -239,21 +251,37 @@ class Facts:
         return avoid
 
     @cached_property
-    def kernel_order(self) -> tuple[str, ...]:
-        """Interfaces NCCL can use (up, with an address other than ``::1``), in ``getifaddrs``
-        order: those with IPv4 by interface index, then IPv6-only ones."""
+    def address_order(self) -> tuple[tuple[str, IPInterface], ...]:
+        """Every address NCCL's interface search considers, as ``(interface, address)`` in
+        ``getifaddrs`` order: the IPv4 addresses of every interface by interface index, then the
+        IPv6 ones; only interfaces that are up and running, never ``::1``. An address with a
+        label (``eth0:vip``) is listed under the label, as NCCL sees it."""
 
         def index(name: str) -> int:
             text = self.root.read(f"sys/class/net/{name}/ifindex") or ""
             return int(text) if text.isdigit() and len(text) < 10 else 1 << 31
 
-        usable = [
-            i for i in self.network
-            if i.is_up and any(a.ip != ipaddress.IPv6Address("::1") for a in i.addresses)
-        ]
-        ordered = sorted(usable, key=lambda i: index(i.name))  # stable: natural order on ties
-        with_v4 = [i.name for i in ordered if i.ipv4]
-        return (*with_v4, *(i.name for i in ordered if not i.ipv4))
+        # An IPv4 address with a label ("eth0:vip") is listed under the label, right after the
+        # addresses of its interface, and shares that interface's state.
+        interfaces = {i.name: i for i in self.network}
+
+        def owner(name: str) -> Interface | None:
+            return interfaces.get(name.split(":", 1)[0])
+
+        def key(i: Interface) -> tuple[int, bool]:
+            parent = owner(i.name) or i
+            return index(parent.name), parent is not i
+
+        usable = sorted((i for i in self.network if (owner(i.name) or i).is_up), key=key)
+        v4 = [(i.name, a) for i in usable for a in i.ipv4]
+        v6 = [(i.name, a) for i in usable for a in i.ipv6 if a.ip != ipaddress.IPv6Address("::1")]
+        return (*v4, *v6)
+
+    @cached_property
+    def kernel_order(self) -> tuple[str, ...]:
+        """Interfaces NCCL can use (up, with an address other than ``::1``), in ``getifaddrs``
+        order: those with IPv4 by interface index, then IPv6-only ones."""
+        return tuple(dict.fromkeys(name for name, _ in self.address_order))
 
     @cached_property
     def owners(self) -> dict[str, str]:

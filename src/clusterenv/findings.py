@@ -80,6 +80,12 @@ CODES: dict[str, CodeInfo] = {
     "framework-host-ip": CodeInfo(
         "doctor", "error", "A framework's host address is not this node's cluster address"
     ),
+    "nccl-bootstrap-disagrees": CodeInfo(
+        "doctor", "warning", "NCCL itself bootstraps on another interface than predicted"
+    ),
+    "nccl-probe-failed": CodeInfo(
+        "doctor", "warning", "NCCL could not be asked for its bootstrap interface"
+    ),
     # -- filters
     "filter-selects-avoided": CodeInfo(
         "filters", "error", "The value selects an interface or device to avoid"

@@ -16,6 +16,7 @@ from clusterenv.findings import Finding, sort_findings
 
 __all__ = [
     "add_json",
+    "add_no_nccl",
     "add_plan_options",
     "add_root",
     "add_source",
@@ -55,6 +56,15 @@ def add_source(parser: argparse.ArgumentParser) -> None:
 def add_json(parser: argparse.ArgumentParser) -> None:
     """``--json``: one JSON object on stdout, nothing else."""
     parser.add_argument("--json", action="store_true", help="print one JSON object, nothing else")
+
+
+def add_no_nccl(parser: argparse.ArgumentParser) -> None:
+    """``--no-nccl``: do not ask the NCCL library for its bootstrap interface."""
+    parser.add_argument(
+        "--no-nccl", action="store_true",
+        help="do not ask libnccl.so.2 which interface it bootstraps on (a subprocess of about "
+        "0.1 s); use clusterenv's prediction only. CLUSTERENV_NCCL_LIBRARY=none does the same",
+    )
 
 
 def add_plan_options(parser: argparse.ArgumentParser) -> None:

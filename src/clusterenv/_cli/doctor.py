@@ -6,6 +6,7 @@ import argparse
 
 from clusterenv._cli._common import (
     add_json,
+    add_no_nccl,
     add_root,
     add_source,
     emit_json,
@@ -15,11 +16,12 @@ from clusterenv._cli._common import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--json``, ``--strict``, ``--root``."""
+    """``--json``, ``--strict``, ``--no-nccl``, ``--root``."""
     add_json(parser)
     parser.add_argument(
         "--strict", action="store_true", help="exit 1 on warnings too, not only on errors"
     )
+    add_no_nccl(parser)
     add_root(parser)
     add_source(parser)
 
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from clusterenv.diagnosis import diagnose_with_plan  # heavy imports on use
 
     environ, root = host_context(args)
-    findings, _, facts = diagnose_with_plan(environ=environ, root=root)
+    findings, _, facts = diagnose_with_plan(environ=environ, root=root, ask_nccl=not args.no_nccl)
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     failing = counts["error"] + (counts["warning"] if args.strict else 0)
     if args.json:

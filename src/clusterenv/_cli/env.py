@@ -15,10 +15,18 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from clusterenv._cli._common import add_plan_options, add_root, add_source, host_context
+from clusterenv._cli._common import (
+    add_no_nccl,
+    add_plan_options,
+    add_root,
+    add_source,
+    host_context,
+)
 from clusterenv._jsonable import to_jsonable
 
 if TYPE_CHECKING:
+    from clusterenv._root import Root
+    from clusterenv.config import ClusterConfig
     from clusterenv.nccl import NcclPlan
 
 
@@ -27,7 +35,8 @@ _SAFE = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--format``, ``--json``, ``--debug``, ``--override``, ``--root``."""
+    """``--format``, ``--json``, ``--debug``, ``--override``, ``--torchrun``, ``--no-nccl``,
+    ``--root``."""
     parser.add_argument(
         "--format", choices=FORMATS, default="sh",
         help="sh: export NAME='value' (default); fish: set -gx NAME value; dotenv: NAME=value; "
@@ -40,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also export torchrun's PET_* options, so a bare `torchrun train.py` launches this "
         "node (static rendezvous on PRIMARY_ADDR:PRIMARY_PORT)",
     )
+    add_no_nccl(parser)
     add_root(parser)
     add_source(parser)
 
@@ -123,4 +133,28 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render(exports, fmt))
     for line in comments(plan):
         print(line, file=sys.stderr)
+    if not args.no_nccl and root.is_live:
+        for line in _nccl_comments(environ, plan, root, check.config):
+            print(line, file=sys.stderr)
     return 0
+
+
+def _nccl_comments(
+    environ: Mapping[str, str], plan: NcclPlan, root: Root, config: ClusterConfig
+) -> list[str]:
+    """Ask NCCL which interface it bootstraps on with the exports applied (only when the plan
+    sets a variable that changes that choice)."""
+    from clusterenv.nccl.bootstrap import BOOTSTRAP_VARIABLES, ask_one
+
+    if not any(name in plan.env for name in BOOTSTRAP_VARIABLES):
+        return []
+    choice, _ = ask_one({**environ, **plan.env}, root, config)
+    if not choice.asked:
+        return [f"# NCCL not asked: {choice.note}"]
+    lines = [f"# {choice.by}: with these settings NCCL bootstraps over {choice.describe()}"]
+    if choice.disagrees:
+        lines.append(
+            f"# warning[nccl-bootstrap-disagrees]: clusterenv predicted "
+            f"{choice.predicted_interface or 'no interface'}; NCCL's own answer is the one above"
+        )
+    return lines

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterenv._cli._common import (
     add_json,
+    add_no_nccl,
     add_root,
     add_source,
     emit_json,
@@ -21,15 +22,17 @@ if TYPE_CHECKING:
     from clusterenv._facts import Facts
     from clusterenv.config import ClusterConfig
     from clusterenv.nccl import NcclPlan
+    from clusterenv.nccl.bootstrap import BootstrapChoice, NcclBootstrap
     from clusterenv.rdma import RdmaPort
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--json``, ``--debug``, ``--root``."""
+    """``--json``, ``--debug``, ``--no-nccl``, ``--root``."""
     add_json(parser)
     parser.add_argument(
         "--debug", action="store_true", help="plan NCCL_DEBUG=INFO too, as `env --debug` would"
     )
+    add_no_nccl(parser)
     add_root(parser)
     add_source(parser)
 
@@ -134,13 +137,49 @@ def _plan_text(plan: NcclPlan) -> str:
     return "\n".join(lines) or "nothing to do"
 
 
+def _choice_json(choice: BootstrapChoice) -> dict[str, Any]:
+    return {
+        "interface": choice.interface,
+        "address": choice.address,
+        "by": choice.by,
+        "predicted": {"interface": choice.predicted_interface,
+                      "address": choice.predicted_address},
+        "note": choice.note or None,
+    }
+
+
+def bootstrap_json(report: NcclBootstrap) -> dict[str, Any]:
+    """``nccl_bootstrap`` of ``show --json``: the choice as the environment stands
+    (``interface``, ``address``, ``by``), the same under ``planned``, and the library asked."""
+    return {
+        **_choice_json(report.current),
+        "planned": _choice_json(report.planned),
+        "library": report.library.path if report.library else None,
+        "library_note": report.library_note,
+    }
+
+
+def _bootstrap_text(report: NcclBootstrap) -> str:
+    def line(choice: BootstrapChoice) -> str:
+        text = f"{choice.describe()}, by {choice.by}"
+        if choice.note:
+            text += f" ({choice.note})"
+        if choice.disagrees:
+            text += (f"; clusterenv predicted {choice.predicted_interface or 'no interface'}")
+        return text
+
+    return _pairs([("now", line(report.current)), ("with the plan", line(report.planned)),
+                   ("library", report.library_note)])
+
+
 def run(args: argparse.Namespace) -> int:
     """Print every part; exit 0, or 2 when the environment or host cannot be read."""
     from clusterenv.diagnosis import diagnose_with_plan  # heavy imports on use
     from clusterenv.errors import ConfigError
 
     environ, root = host_context(args)
-    findings, plan, facts = diagnose_with_plan(environ=environ, root=root, debug=args.debug)
+    findings, plan, facts = diagnose_with_plan(environ=environ, root=root, debug=args.debug,
+                                               ask_nccl=not args.no_nccl)
     if facts.config is None:
         check = facts.check
         raise ConfigError(check.problems if check else (), source=facts.source)
@@ -151,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
             "rdma": facts.rdma,
             "host": facts.host,
             "plan": plan,
+            "nccl_bootstrap": bootstrap_json(facts.bootstrap) if facts.bootstrap else None,
             "findings": findings,
         }
         emit_json(parts)
@@ -164,6 +204,8 @@ def run(args: argparse.Namespace) -> int:
          if facts.rdma.devices else "no RDMA device"),
         ("host", _pairs(_host_rows(facts))),
         ("plan (clusterenv env / apply_nccl_defaults)", _plan_text(plan)),
+        ("NCCL bootstrap interface", _bootstrap_text(facts.bootstrap) if facts.bootstrap
+         else "unknown"),
         ("findings", render_findings(findings)),
     ]
     print("\n\n".join(f"{style(title, 'bold')}\n{body}" for title, body in sections))

@@ -39,7 +39,10 @@ from clusterenv.diagnosis.network import network_checks
 from clusterenv.diagnosis.rdma import rdma_checks
 from clusterenv.diagnosis.rendezvous import rendezvous_checks
 from clusterenv.findings import Finding, codes_of, sort_findings
+from clusterenv.nccl.bootstrap import NcclBootstrap, bootstrap_findings, choose, relevant
 from clusterenv.nccl.plan import NcclPlan, plan_from_facts
+from clusterenv.nccl.probe import LibrarySearch, NcclAnswer, ask_nccl, find_nccl_library
+from clusterenv.nccl.version import NcclVersion
 
 __all__ = ["CHECK_CODES", "diagnose_with_plan", "doctor"]
 
@@ -58,15 +61,28 @@ def diagnose_with_plan(
     root: Root | str | os.PathLike[str] = "/",
     nccl_version: str | None = None,
     debug: bool = False,
+    ask_nccl: bool = False,
 ) -> tuple[list[Finding], NcclPlan, Facts]:
     """:func:`doctor` and :func:`~clusterenv.plan_nccl_env` from one detection pass.
 
+    Args:
+        environ: The environment to judge; None reads ``os.environ``.
+        root: ``/`` for this host, or a host snapshot.
+        nccl_version: Assume this NCCL version instead of detecting it.
+        debug: Plan ``NCCL_DEBUG=INFO`` too.
+        ask_nccl: Ask the NCCL library found here (one subprocess, see
+            :mod:`clusterenv.nccl.probe`) which interface it bootstraps on, now and with the
+            plan applied; its version becomes evidence. Only on the live host.
+
     Returns:
-        The findings (errors first), the plan, and the facts both were judged from.
+        The findings (errors first), the plan, and the facts both were judged from;
+        ``facts.bootstrap`` holds NCCL's bootstrap interface (asked or predicted).
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
-    facts = Facts(environ=env, root=as_root(root), nccl_version=nccl_version)
+    host_root = as_root(root)
+    facts = Facts(environ=env, root=host_root, nccl_version=nccl_version)
     plan = plan_from_facts(facts, debug=debug)
+    facts, plan = _ask_nccl(facts, plan, ask=ask_nccl, nccl_version=nccl_version, debug=debug)
     findings: list[Finding] = []
     if facts.check is not None:
         findings += facts.check.findings()
@@ -75,8 +91,58 @@ def diagnose_with_plan(
     findings += rendezvous_checks(facts)
     findings += rdma_checks(facts)
     findings += host_checks(facts)
+    if facts.bootstrap is not None:
+        findings += bootstrap_findings(facts, facts.bootstrap)
     unique = list(dict.fromkeys(findings))
     return sort_findings(unique), plan, facts
+
+
+def _ask_nccl(
+    facts: Facts, plan: NcclPlan, *, ask: bool, nccl_version: str | None, debug: bool
+) -> tuple[Facts, NcclPlan]:
+    """Set ``facts.bootstrap``: NCCL's answer now and with the plan applied, or the prediction.
+
+    When NCCL reports a version that is not already the first evidence, the facts and the plan
+    are made again with it first (the plan's version rules then follow the NCCL that answered).
+    """
+    planned_env = {**facts.environ, **plan.env}
+    search = LibrarySearch(None, "not asked (--no-nccl)")
+    if ask and not facts.root.is_live:
+        search = LibrarySearch(None, "not asked: a host snapshot is not this host")
+    elif ask:
+        search = find_nccl_library(facts.environ)
+    library = search.library
+    same = relevant(planned_env) == relevant(facts.environ)
+    answers: list[NcclAnswer] = []
+    if library is not None:
+        answers = ask_nccl([facts.environ] if same else [facts.environ, planned_env], library)
+    reported = tuple(
+        NcclVersion(a.version, f"{library.path} (ncclGetVersion)")
+        for a in answers[:1] if a.version is not None and library is not None
+    )
+    stale = False
+    if reported and nccl_version is None:
+        # NCCL's own version is the strongest evidence: plan again with it listed first.
+        previous = facts
+        facts = Facts(environ=previous.environ, root=previous.root, network=previous.network,
+                      host=previous.host, nccl_reported=reported,
+                      rdma=previous.rdma if "rdma" in previous.__dict__ else None)
+        plan = plan_from_facts(facts, debug=debug)
+        replanned = {**facts.environ, **plan.env}
+        stale = relevant(replanned) != relevant(planned_env)
+        planned_env = replanned
+        same = relevant(planned_env) == relevant(facts.environ)
+    current = choose(facts, answers[0] if answers else None, search.note)
+    if same:
+        planned = current
+    else:
+        planned_facts = Facts(environ=planned_env, root=facts.root, config=facts.config,
+                              network=facts.network, host=facts.host, nccl_reported=reported)
+        answer = answers[1] if len(answers) > 1 and not stale else None
+        note = "not asked: the plan changed with NCCL's version" if stale else search.note
+        planned = choose(planned_facts, answer, note)
+    facts.bootstrap = NcclBootstrap(current, planned, library, search.note, search.problem)
+    return facts, plan
 
 
 def doctor(

@@ -36,6 +36,10 @@ def _socket_unset(facts: Facts) -> list[Finding]:
     if facts.user_value("NCCL_SOCKET_IFNAME") is not None:
         return []
     chosen = nccl_default_choice(facts)
+    asked = facts.bootstrap.current if facts.bootstrap is not None else None
+    if asked is not None and asked.asked:  # NCCL's own answer wins over our model
+        chosen = (asked.interface, *(n for n in chosen if n != asked.interface)) \
+            if asked.interface else ()
     cluster = facts.cluster_interface
     cluster_name = cluster.name if cluster is not None else None
 
@@ -61,9 +65,15 @@ def _socket_unset(facts: Facts) -> list[Finding]:
         title = (f"NCCL_SOCKET_IFNAME is unset: besides {chosen[0]}, NCCL's socket transport "
                  f"would also use {'; '.join(extra)}")
     fix_name = usable_cluster_interface(facts)
+    said = None
+    if asked is not None and asked.asked and asked.log:
+        said = f"{asked.by} itself says: {asked.log[-1].split('NCCL INFO ', 1)[-1]}"
+    elif asked is not None and asked.note:
+        said = f"clusterenv's prediction, NCCL not asked: {asked.note}"
     return [Finding.of(
         "socket-ifname-unset", title,
         (
+            *((said,) if said else ()),
             "NCCL's default: ib*, else every interface but docker*/lo*/virbr*, in kernel "
             f"order: {', '.join(facts.kernel_order) or 'none'}",
             f"cluster interface: {facts.cluster_choice[1]}",

@@ -10,6 +10,8 @@ matched; elsewhere the same rules run on evidence alone.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from clusterenv._facts import Facts, Proposal, with_origin
 from clusterenv.filters import (
     lint_exact_names,
@@ -21,9 +23,14 @@ from clusterenv.filters import (
 )
 from clusterenv.findings import Finding
 
+if TYPE_CHECKING:
+    from clusterenv._addresses import IPAddress
+
 __all__ = [
+    "SOCKET_FAMILIES",
     "nccl_default_choice",
     "planned_socket_ifname",
+    "predict_bootstrap",
     "primary_variable",
     "socket_plan",
     "socket_value_findings",
@@ -56,6 +63,49 @@ def nccl_default_choice(facts: Facts) -> tuple[str, ...]:
     """The interfaces NCCL uses with ``NCCL_SOCKET_IFNAME`` unset; it bootstraps on the first."""
     version = facts.nccl_versions[0].version if facts.nccl_versions else None
     return nccl_default_interfaces(facts.kernel_order, nccl_version=version)
+
+
+#: ``NCCL_SOCKET_FAMILY`` values NCCL honours (exact spelling); anything else means either family.
+SOCKET_FAMILIES = {"AF_INET": 4, "AF_INET6": 6}
+
+
+def nccl_address_text(name: str, ip: IPAddress) -> str:
+    """An address as NCCL prints it: ``"10.65.0.2"``, or ``"fe80::1%ens1"`` (link-local IPv6
+    carries its interface, as ``getnameinfo`` writes it)."""
+    if ip.version == 6 and ip.is_link_local:
+        return f"{ip}%{name}"
+    return str(ip)
+
+
+def predict_bootstrap(facts: Facts) -> tuple[str, str] | None:
+    """The interface and address NCCL bootstraps on under ``facts.environ``, by our model.
+
+    The model of NCCL's ``ncclFindInterfaces`` with one interface wanted: walk the addresses in
+    ``getifaddrs`` order (:attr:`Facts.address_order`), keep those of ``NCCL_SOCKET_FAMILY`` when
+    it is ``AF_INET`` or ``AF_INET6``, and take the first one whose interface the filter of
+    ``NCCL_SOCKET_IFNAME`` selects; unset (or one character), the first that NCCL's default
+    steps select (:func:`~clusterenv.filters.nccl_default_interfaces`).
+
+    Returns:
+        ``("ens1", "10.65.0.2")``, or None when NCCL selects nothing (and fails).
+    """
+    family_value = facts.user_value("NCCL_SOCKET_FAMILY")
+    family = SOCKET_FAMILIES.get(family_value[0]) if family_value else None
+    entries = [(n, a.ip) for n, a in facts.address_order if family in (None, a.version)]
+    names = tuple(dict.fromkeys(n for n, _ in entries))
+    value = facts.user_value("NCCL_SOCKET_IFNAME")
+    parsed = parse_filter(value[0]) if value is not None else None
+    if parsed is not None:
+        allowed = parsed.select_interfaces(names)
+    else:
+        version = facts.nccl_versions[0].version if facts.nccl_versions else None
+        allowed = nccl_default_interfaces(names, nccl_version=version)
+    # Each default step is a search of its own: the first interface of the step that selected
+    # anything, which is the first of ``allowed`` in address order.
+    for name, ip in entries:
+        if name in allowed:
+            return name, nccl_address_text(name, ip)
+    return None
 
 
 def socket_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]:
