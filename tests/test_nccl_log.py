@@ -395,6 +395,13 @@ FORMATS: list[tuple[str, str, Callable[[NcclLog], object], object]] = [
      ("ib0", "192.168.11.1")),
     ("2.27 bootstrap", info("Bootstrap: Using enp25s0np0:10.99.91.63<0>"),
      lambda g: g.ranks[0].bootstrap_interface, "enp25s0np0"),
+    # 2.32.3, as `clusterenv show` asking NCCL prints them (no "[0]", no space before ":").
+    ("2.32 bootstrap", info("Bootstrap: Using eth0:192.0.2.2<0>"),
+     lambda g: (g.ranks[0].bootstrap_interface, g.ranks[0].bootstrap_address),
+     ("eth0", "192.0.2.2")),
+    ("2.32 bootstrap, IPv6 link-local", info("Bootstrap: Using ll0:fe80::5%ll0<0>"),
+     lambda g: (g.ranks[0].bootstrap_interface, g.ranks[0].bootstrap_address),
+     ("ll0", "fe80::5%ll0")),
     ("interface alias", info("Bootstrap : Using [0]eth0:1:10.0.0.5<0>"),
      lambda g: (g.ranks[0].bootstrap_interface, g.ranks[0].bootstrap_address),
      ("eth0:1", "10.0.0.5")),

@@ -197,3 +197,15 @@ def test_old_version_codes_and_failures() -> None:
     assert failed.error == "ncclGetUniqueId returned 2: Could not open socket"
     assert parse_probe_output("").error == "the probe ended without an answer"
     assert parse_probe_output(f"{MARK} signal 11\n").error == "NCCL crashed (signal 11)"
+
+
+def test_nccl_log_reads_the_probes_lines(library: NcclLibrary) -> None:
+    # The lines NCCL itself printed for the probe (2.32 spelling) are read by nccl-log as the
+    # same interface and address.
+    from clusterenv.nccl_log import parse_nccl_log
+
+    [answer] = ask_nccl([{**CLEAN, "NCCL_SOCKET_IFNAME": "=lo"}], library)
+    assert answer.interface == "lo"
+    parsed = parse_nccl_log(answer.log)
+    assert [(r.bootstrap_interface, r.bootstrap_address) for r in parsed.ranks] == [
+        ("lo", "127.0.0.1")]
