@@ -58,7 +58,6 @@ _MAX_TEXT = 400
 _MAX_CACHED = 50_000
 _MISSING: Any = object()
 _TAGS = frozenset({"INFO ", "WARN "})
-_TRAILERS = frozenset({"|", '"'})
 
 
 class _Plugin:
@@ -187,15 +186,49 @@ class _Parser:
         """Read every line; returns how many there were.
 
         The hot path is one dict lookup per line: a line seen before (every rank prints the same
-        lines, jobs repeat them) replays only the actions that still change something.
+        lines, jobs repeat them) replays only the actions that still change something. A line
+        seen for the first time with one ``NCCL INFO`` message is handled inline (no call);
+        anything else goes through :meth:`_analyse`.
         """
-        by_line = self.by_line
-        get, analyse = by_line.get, self._analyse
+        by_line, facts, by_head, ops = self.by_line, self.facts, self.by_head, self.ops
+        get, get_fact, get_proc = by_line.get, facts.get, by_head.get
+        analyse, new_fact, new_proc = self._analyse, self._fact, self._proc
+        once, missing, limit = _ONCE, _MISSING, MAX_LINE
         number = matched = 0
+        cache_from = self.cache_from
         for number, line in enumerate(lines, 1):
-            actions = get(line)
+            # while the line cache is off (lines did not repeat), do not even hash the line
+            actions = get(line) if number >= cache_from else None
             if actions is None:
-                actions = analyse(line, number)
+                pos = line.find("NCCL ")
+                if (pos < 0 or line[pos + 5 : pos + 10] != "INFO " or len(line) >= limit
+                        or line.find("NCCL ", pos + 10) >= 0):
+                    matched += analyse(line, number)  # ran its actions, remembered the line
+                    cache_from = self.cache_from
+                    continue
+                msg = line[pos + 10 :].strip()
+                if "|" in msg or '"' in msg:  # an export's column or quote: rare
+                    msg = message_end(msg)
+                fact = get_fact(msg, missing)
+                if fact is missing:
+                    fact = new_fact(msg)
+                matched += 1
+                if fact is None:
+                    result: Any = True
+                else:
+                    head = line[:pos]
+                    proc = get_proc(head) or new_proc(head)
+                    op = ops[fact[0]]
+                    if not proc.first_line:
+                        proc.first_line = number
+                    op(proc, msg, number, fact)
+                    result = True if fact[0] in once else ((op, proc, msg, fact),)
+                if number >= cache_from:
+                    if len(by_line) >= _MAX_CACHED:
+                        self._cache_full(number)
+                        cache_from = self.cache_from
+                    by_line[line] = result
+                continue
             if actions is False:
                 continue
             matched += 1
@@ -206,8 +239,9 @@ class _Parser:
         return number
 
     def _analyse(self, line: str, number: int) -> Any:
-        """What a line not seen before does: runs its actions once and remembers what a repeat
-        of the line must run again. Returns whether the line carries a marker."""
+        """What a line not seen before does (the cases :meth:`feed` does not handle inline: no
+        marker, a WARN, several messages, an over-long line): runs its actions once and
+        remembers what a repeat of the line must run again. Returns whether it has a marker."""
         cache = True
         if len(line) >= MAX_LINE and line[-1:] != "\n":
             if self.skip_rest is not None:
@@ -220,22 +254,6 @@ class _Parser:
         if pos < 0:
             self._unmarked(line, number)
             result = False
-        elif line[pos + 5] == "I" and line.find("NCCL ", pos + 10) < 0:  # nearly every line
-            msg = line[pos + 10 :].strip()
-            if " | " in msg or msg[-1:] in _TRAILERS:
-                msg = message_end(msg)
-            fact = self.facts.get(msg, _MISSING)
-            if fact is _MISSING:
-                fact = self._fact(msg)
-            if fact is None:
-                result = True
-            else:
-                head = line[:pos]
-                proc = self.by_head.get(head) or self._proc(head)
-                op = self.ops[fact[0]]
-                proc.first_line = proc.first_line or number
-                op(proc, msg, number, fact)
-                result = True if fact[0] in _ONCE else ((op, proc, msg, fact),)
         else:
             result = self._messages(line, pos, number)
         if cache and number >= self.cache_from:
@@ -257,7 +275,11 @@ class _Parser:
     def _messages(self, line: str, pos: int, number: int) -> Any:
         """A WARN line, or a line holding several messages: run them, return the repeatable."""
         actions = []
-        for head, msg, is_warn in split_messages(line, pos):
+        if find_marker(line, pos + 10) < 0:  # one message ("NCCL version ...", a WARN)
+            parts = [(line[:pos], message_end(line[pos + 10 :]), line[pos + 5] == "W")]
+        else:
+            parts = split_messages(line, pos)
+        for head, msg, is_warn in parts:
             action = self._warn_action(head, msg) if is_warn else self._info_action(head, msg)
             if action is not None:
                 actions.append(action)
