@@ -687,12 +687,14 @@ def test_nodes_without_or_with_another_token_are_refused_and_told_why() -> None:
     assert "t0ken" not in json.dumps(verdict.to_wire()) and "wrong" not in str(results[1])
 
 
-def test_a_node_with_a_token_does_not_trust_an_unauthenticated_verdict() -> None:
+def test_a_node_with_a_token_refuses_a_primary_without_one_before_sending() -> None:
     verdict, results = token_run(None, [b"t0ken", None])
     assert isinstance(results[0], PreflightError)
-    assert "not authenticated" in str(results[0])
+    assert "does not use CLUSTERENV_PREFLIGHT_TOKEN" in str(results[0])
+    assert "fingerprint was not sent" in str(results[0])
     assert results[1] == verdict
-    assert "preflight-token-mismatch" in codes(verdict.problems)
+    missing = next(p for p in verdict.problems if p.code == "preflight-rank-missing")
+    assert missing.title.endswith("rank 1")  # the primary never saw the node's facts
 
 
 def test_ring_probes_every_node_and_names_an_unreachable_one() -> None:

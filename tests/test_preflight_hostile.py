@@ -8,18 +8,24 @@ honest nodes got (the verdict, the same on every node) and their exit codes.
 
 from __future__ import annotations
 
+import dataclasses
+import resource
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from clusterenv._cli.preflight import format_verdict
 from clusterenv.preflight import Fingerprint, PreflightResult
+from clusterenv.preflight.ring import RingListener, probe
 from clusterenv.preflight.wire import (
     FrameReader,
     Kind,
     encode_frame,
     encode_json,
 )
-from tests.test_preflight import LOOP, fingerprint, nodes, primary
+from tests.test_preflight import FAST, LOOP, fingerprint, nodes, primary
 
 
 def raw_fingerprint(port: int, payload: bytes) -> bytes:
@@ -82,3 +88,160 @@ def test_a_peer_hostname_cannot_drive_the_terminal_or_forge_a_line() -> None:
     assert [line for line in text.splitlines() if line.startswith("this node:")] == [
         "this node: rank 1 (node); cluster consistent (exit 0)"]
     assert "\\x1b[2J\\x1b[H\\nthis node: rank 0" in text  # shown, escaped, on its own row
+
+
+# -- a verdict too large for the nodes --------------------------------------------------------
+
+
+def bulky(rank: int) -> Fingerprint:
+    """Near the 64 KiB message limit, built to be echoed: a host name of control characters
+    (6 bytes each as JSON) named in every problem, and 250 variables that differ on every node."""
+    env = {f"NCCL_V{i:03d}": f"{rank}-" + "v" * 140 for i in range(250)}
+    return fingerprint(rank, hostname="\x01" * 500 + str(rank), env=env)
+
+
+def test_fifty_bulky_fingerprints_still_give_every_node_a_verdict_it_accepts() -> None:
+    # Before: a 37 MB verdict, over the nodes' 16 MiB limit: every honest node exited 2.
+    limits = dataclasses.replace(FAST, connection_slack=64)
+    attackers = [encode_json({"fingerprint": bulky(r).to_wire(), "nonce": "00" * 16})
+                 for r in range(3, 53)]
+    assert all(50_000 > len(a) > 40_000 for a in attackers)
+    with primary(fingerprint(0), expected=3, limits=limits) as (port, verdict), \
+            ThreadPoolExecutor(len(attackers)) as pool:
+        floods = [pool.submit(raw_fingerprint, port, a) for a in attackers]
+        time.sleep(0.5)
+        got = [f.result(20) for f in nodes(port, [fingerprint(1), fingerprint(2)])]
+        for flood in floods:
+            flood.result(20)
+    result = verdict.result()
+    assert got == [result, result] and result.exit_code == 1
+    assert result.reported == 53
+    size = len(encode_json(result.to_wire()))
+    assert size <= limits.max_verdict_bytes // 4, size
+    assert any(p.code == "preflight-rank-out-of-range" for p in result.problems)
+
+
+def test_a_refusal_echoes_a_bounded_prefix_of_the_offending_field() -> None:
+    huge = encode_json({"fingerprint": {**fingerprint(1).to_wire(), "schema": "x" * 60000},
+                        "nonce": "00" * 16})
+    with primary(fingerprint(0, nodes=2), expected=2) as (port, verdict):
+        answer = raw_fingerprint(port, huge)
+        got = nodes(port, [fingerprint(1, nodes=2)])[0].result(15)
+    result = verdict.result()
+    assert got == result and result.rejected_total == 1
+    (reason,) = result.rejected
+    assert "fingerprint schema 'xxx" in reason and len(reason) < 400, len(reason)
+    assert len(answer) < 1000  # the REJECT sent back is bounded too
+
+
+# -- connection budgets: junk and idle connections never lock honest nodes out -----------------
+
+
+def _raise_fd_limit(need: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+
+
+@pytest.mark.parametrize("token", [None, b"t0ken"])
+def test_a_burst_of_connect_close_pairs_does_not_lock_honest_nodes_out(
+    token: bytes | None,
+) -> None:
+    # Before: the run's budget (4 x NUM_NODES + 64) counted every attempt; 77 quick pairs
+    # locked every node out with "no answer from the primary ... Connection refused".
+    own = fingerprint(0, token=token is not None)
+    with primary(own, expected=3, token=token) as (port, verdict):
+        for _ in range(300):
+            socket.create_connection((LOOP, port), timeout=5).close()
+        start = time.monotonic()
+        honest = [fingerprint(r, token=token is not None) for r in (1, 2)]
+        got = [f.result(15) for f in nodes(port, honest, token=token)]
+        waited = time.monotonic() - start
+    result = verdict.result()
+    assert got == [result, result] and result.exit_code == 0, result.problems
+    assert result.reported == 3 and waited < 3, waited
+    assert result.rejected_total >= 1  # counted and named, a warning
+
+
+def test_five_hundred_idle_connections_do_not_lock_honest_nodes_out() -> None:
+    _raise_fd_limit(2048)
+    with primary(fingerprint(0), expected=3) as (port, verdict):
+        idle = [socket.create_connection((LOOP, port), timeout=5) for _ in range(500)]
+        try:
+            start = time.monotonic()
+            got = [f.result(15) for f in nodes(port, [fingerprint(1), fingerprint(2)])]
+            waited = time.monotonic() - start
+        finally:
+            for sock in idle:
+                sock.close()
+    result = verdict.result()
+    assert got == [result, result] and result.exit_code == 0, result.problems
+    assert waited < 3, waited
+    assert any("too many connections at once" in r for r in result.rejected)
+
+
+def test_a_node_that_reconnects_is_counted_once() -> None:
+    # A node whose first connection died after its fingerprint was taken (here: sent, then
+    # closed) reconnects; the primary counts it once, not as a duplicate rank.
+    with primary(fingerprint(0, nodes=3), expected=3) as (port, verdict):
+        with socket.create_connection((LOOP, port), timeout=5) as first:
+            reader = FrameReader(max_payload=1 << 16, expect={Kind.HELLO})
+            while reader.next_frame() is None:
+                reader.feed(first.recv(4096))
+            first.sendall(encode_frame(Kind.FINGERPRINT, encode_json(wire_body(fingerprint(1)))))
+            time.sleep(0.2)
+        got = [f.result(15) for f in nodes(port, [fingerprint(1), fingerprint(2)])]
+    result = verdict.result()
+    assert got == [result, result] and result.exit_code == 0, result.problems
+    assert result.reported == 3
+
+
+# -- the ring ------------------------------------------------------------------------------------
+
+
+def test_silent_connections_cannot_jam_a_ring_listener() -> None:
+    # Before: one connection at a time, 2 s each: a few silent ones made the real probe time
+    # out, a false preflight-ring-unreachable on every node.
+    listener = RingListener(LOOP, 0)
+    silent = [socket.create_connection((LOOP, listener.port), timeout=5) for _ in range(40)]
+    try:
+        start = time.monotonic()
+        ok, detail = probe(LOOP, listener.port, rank=1, timeout=3.0)
+        assert ok, detail
+        assert time.monotonic() - start < 1.0
+    finally:
+        for sock in silent:
+            sock.close()
+        listener.close()
+
+
+def test_the_ring_probes_only_the_address_a_node_connected_from() -> None:
+    # A peer without a token named another host as its ring address; the primary had an honest
+    # node connect there and published the result. Now the address is the one the peer
+    # connected from, whatever it claims.
+    victim = socket.create_server(("127.0.0.9", 0))
+    victim.settimeout(0.2)
+    victim_port = victim.getsockname()[1]
+    with primary(fingerprint(0), expected=3, ring=True) as (port, verdict):
+        honest = nodes(port, [fingerprint(1)])[0]
+        with socket.create_connection((LOOP, port), timeout=5) as sock:
+            reader = FrameReader(max_payload=1 << 20, expect={Kind.HELLO, Kind.RING,
+                                                              Kind.VERDICT})
+            while reader.next_frame() is None:
+                reader.feed(sock.recv(4096))
+            body = {**wire_body(fingerprint(2)),
+                    "ring": {"addr": "127.0.0.9", "port": victim_port}}
+            sock.sendall(encode_frame(Kind.FINGERPRINT, encode_json(body)))
+            while (frame := reader.next_frame()) is None:
+                reader.feed(sock.recv(65536))
+            assert frame.kind == Kind.RING
+            sock.sendall(encode_frame(Kind.RING_RESULT, encode_json({"ok": True,
+                                                                      "detail": "1 ms"})))
+            while sock.recv(65536):
+                pass
+        honest.result(15)
+    with pytest.raises(TimeoutError):
+        victim.accept()  # nobody was sent there
+    victim.close()
+    hop = next(h for h in verdict.result().ring if h.source.rank == 1)
+    assert hop.target.rank == 2 and hop.target.addr == LOOP and not hop.ok

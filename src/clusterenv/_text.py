@@ -23,6 +23,7 @@ from typing import Any
 
 __all__ = [
     "JSON_SURROGATES",
+    "clip",
     "escape_surrogates",
     "escape_tree",
     "has_surrogates",
@@ -83,6 +84,16 @@ def escape_tree(data: Any) -> Any:
     if isinstance(data, (list, tuple)):
         return [escape_tree(v) for v in data]
     return data
+
+
+def clip(text: str, limit: int) -> str:
+    """At most ``limit`` characters of ``text``: a longer one is cut and ends in ``…`` with the
+    number of characters left out, e.g. ``clip("x" * 60000, 20)`` ->
+    ``"xxxxxxxxxxxx… (59988 more)"``; so echoing a hostile value costs a bounded line."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - len(f"… ({len(text)} more)"), 1)
+    return f"{text[:keep]}… ({len(text) - keep} more)"
 
 
 def printable(text: object, *, newlines: bool = False) -> str:

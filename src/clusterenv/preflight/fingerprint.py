@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from clusterenv._root import Root, as_root
+from clusterenv._text import clip
 from clusterenv.findings import Finding
 from clusterenv.preflight.wire import WireError
 
@@ -154,7 +155,8 @@ class Fingerprint:
         schema = data.get("schema")
         if schema != FINGERPRINT_SCHEMA:
             raise WireError(
-                f"fingerprint schema {schema!r}, the primary reads schema {FINGERPRINT_SCHEMA}: "
+                f"fingerprint schema {clip(repr(schema), 40)}, the primary reads schema "
+                f"{FINGERPRINT_SCHEMA}: "
                 "run the same clusterenv release on every node"
             )
         rdma = _obj(data, "rdma")

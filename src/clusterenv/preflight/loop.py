@@ -1,11 +1,17 @@
 """A bounded, single-threaded TCP listener loop: the transport under the preflight primary.
 
 One ``selectors`` loop in one thread. Every connection has a deadline from the moment it is
-accepted, a frame reader with a payload limit, and a write queue flushed without blocking. The
-number of connections open at once and accepted in all is capped; beyond the caps a connection
-is closed unread. A peer that breaks a rule is sent a ``REJECT`` with the reason (best effort),
-closed, and recorded as ``rejected peer ADDR:PORT: reason``; nothing a peer does stops the
-loop.
+accepted, a frame reader with a payload limit, and a write queue flushed without blocking. A peer
+that breaks a rule is sent a ``REJECT`` with the reason (best effort), closed, and recorded as
+``rejected peer ADDR:PORT: reason``; nothing a peer does stops the loop.
+
+Budgets count only work, never attempts. A connection that has not yet delivered a well-formed
+message is *pending*: pending connections have their own cap (``max_pending``) and the short
+``peer_timeout``. When a new connection arrives at the cap, the pending connection that has been
+silent longest is closed to make room, so idle or junk connections can delay an honest node by
+at most its own round trip, never lock it out (an honest node sends its message as soon as it is
+greeted, and one that is closed anyway reconnects). The run's total (``max_total``) counts
+well-formed messages only, so connect/close bursts cannot exhaust it.
 
 Subclasses speak the protocol through four hooks: :meth:`ConnectionLoop._greet` (a connection
 was accepted), :meth:`~ConnectionLoop._on_frame` (a complete frame arrived),
@@ -23,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterenv._addresses import parse_ip
+from clusterenv._text import clip
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.wire import (
     Frame,
@@ -40,6 +47,8 @@ __all__ = ["Conn", "ConnectionLoop", "host_of", "peer_text"]
 
 _RECV_BYTES = 65536
 _REJECT_FLUSH_S = 1.0
+# Characters of a refusal reason kept in the verdict (a reason may quote what the peer sent).
+_MAX_REASON = 240
 
 
 @dataclass(eq=False)
@@ -88,8 +97,9 @@ class ConnectionLoop:
         listen_addr: The one address to bind, e.g. ``"10.65.0.2"``.
         port: TCP port; ``0`` lets the kernel choose.
         limits: Size, time and connection bounds.
-        max_active: Connections open at once, e.g. ``NUM_NODES - 1 + 16``.
-        max_total: Connections accepted in all, e.g. ``4 * NUM_NODES + 64``.
+        max_pending: Connections open at once that have not delivered a well-formed message,
+            e.g. ``NUM_NODES - 1 + 16``.
+        max_total: Well-formed messages accepted in all, e.g. ``4 * NUM_NODES + 64``.
         expect: Frame kinds a connection may send.
     """
 
@@ -99,20 +109,20 @@ class ConnectionLoop:
         listen_addr: str,
         port: int,
         limits: Limits,
-        max_active: int,
+        max_pending: int,
         max_total: int,
         expect: set[int],
     ) -> None:
         self.listen_addr = listen_addr
         self.limits = limits
         self._requested_port = port
-        self._max_active = max_active
+        self._max_pending = max(1, max_pending)
         self._max_total = max_total
         self._expect = frozenset(expect)
         self._listener: socket.socket | None = None
         self._selector: selectors.BaseSelector | None = None
         self._conns: dict[int, Conn] = {}
-        self._seen = 0
+        self._work = 0  # well-formed messages accepted (the run's budget)
         self.rejected: list[str] = []
         self.rejected_total = 0
 
@@ -143,7 +153,7 @@ class ConnectionLoop:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.listen_addr, self._requested_port))
-            sock.listen(max(16, min(socket.SOMAXCONN, self._max_active + 1)))
+            sock.listen(max(128, min(socket.SOMAXCONN, self._max_pending + 1)))
             sock.setblocking(False)
         except BaseException:
             sock.close()
@@ -231,12 +241,8 @@ class ConnectionLoop:
             except OSError:
                 return  # ECONNABORTED and friends: the peer is gone already
             peer = peer_text(address)
-            self._seen += 1
-            if self._seen > self._max_total or len(self._conns) >= self._max_active:
-                sock.close()
-                cap = "in this run" if self._seen > self._max_total else "at once"
-                self._record(peer, f"too many connections {cap}; closed unread")
-                continue
+            if self._pending() >= self._max_pending:
+                self._evict_pending()
             sock.setblocking(False)
             conn = Conn(
                 sock=sock, peer=peer, nonce=new_nonce(),
@@ -248,6 +254,30 @@ class ConnectionLoop:
             selector.register(sock, selectors.EVENT_READ, conn)
             conn.events = selectors.EVENT_READ
             self._greet(conn)
+
+    def _pending(self) -> int:
+        return sum(1 for c in self._conns.values() if c.state == "hello")
+
+    def _evict_pending(self) -> None:
+        """Close the pending connection silent for longest (the oldest among those that sent
+        nothing, else the oldest) to make room for a new one."""
+        pending = [c for c in self._conns.values() if c.state == "hello"]
+        if not pending:
+            return
+        victim = min(pending, key=lambda c: (c.reader.received > 0, c.deadline))
+        self._record(victim.peer, f"too many connections at once that sent no message; closed "
+                     f"the longest-silent one ({self._sent(victim)})")
+        self._on_rejected(victim)
+        self._drop(victim)
+
+    def _count_work(self, conn: Conn) -> bool:
+        """Count one well-formed message against the run's budget; False (and the peer
+        refused) when the budget is spent."""
+        if self._work >= self._max_total:
+            self._reject(conn, f"too many messages in this run (the budget is {self._max_total})")
+            return False
+        self._work += 1
+        return True
 
     def _on_readable(self, conn: Conn) -> None:
         try:
@@ -324,7 +354,7 @@ class ConnectionLoop:
     def _record(self, peer: str, reason: str) -> None:
         self.rejected_total += 1
         if len(self.rejected) < self.limits.max_recorded_rejections:
-            self.rejected.append(f"rejected peer {peer}: {reason}")
+            self.rejected.append(f"rejected peer {peer}: {clip(reason, _MAX_REASON)}")
 
     def _reject(self, conn: Conn, reason: str, *, send: bool = True, record: bool = True) -> None:
         """Refuse ``conn``: record why, tell the peer (best effort), close."""
@@ -337,7 +367,8 @@ class ConnectionLoop:
         conn.pending.clear()
         conn.state = "closing"
         conn.deadline = time.monotonic() + _REJECT_FLUSH_S
-        self._send(conn, encode_frame(Kind.REJECT, encode_json({"reason": reason})))
+        self._send(conn, encode_frame(Kind.REJECT, encode_json({"reason": clip(reason,
+                                                                               _MAX_REASON)})))
 
     def _drop(self, conn: Conn) -> None:
         self._conns.pop(id(conn), None)

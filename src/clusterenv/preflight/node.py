@@ -14,6 +14,7 @@ import socket
 import time
 from typing import Any
 
+from clusterenv._text import clip
 from clusterenv.errors import ClusterEnvError
 from clusterenv.preflight.fingerprint import TOKEN_VARIABLE, Fingerprint
 from clusterenv.preflight.ring import PROBE_TIMEOUT_S, RingListener, probe, read_frame
@@ -66,6 +67,7 @@ def _connect(
                 "every node uses the same --port"
             )
         attempts += 1
+        start = time.monotonic()
         try:
             sock = socket.create_connection(
                 (host, port), timeout=min(_CONNECT_ATTEMPT_S, remaining), source_address=source
@@ -78,8 +80,10 @@ def _connect(
             time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
             continue
         reader = FrameReader(max_payload=limits.max_message_bytes, expect={Kind.HELLO})
+        # Never past this node's own deadline (--timeout 1 means about a second).
+        greeting_by = min(time.monotonic() + limits.peer_timeout, deadline)
         try:
-            frame = read_frame(sock, reader, time.monotonic() + limits.peer_timeout)
+            frame = read_frame(sock, reader, greeting_by)
             hello = decode_object(frame.payload)
         except EOFError:  # the primary was at its connection limit, or just closing: retry
             sock.close()
@@ -90,7 +94,8 @@ def _connect(
             sock.close()
             raise PreflightError(
                 f"something accepted the connection at {where} but sent no preflight greeting "
-                f"within {limits.peer_timeout:.0f} s: another program may own port {port}; "
+                f"within {max(greeting_by - start, 0.0):.1f} s: another program may own port "
+                f"{port}; "
                 "choose another --port on every node"
             ) from e
         except WireError as e:
@@ -133,17 +138,58 @@ def run_node(
         PreflightError: With what failed and what to check.
     """
     where = format_host_port(primary_addr, port)
-    start = time.monotonic()
-    sock, hello = _connect(primary_addr, port, deadline=start + timeout,
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return _attempt(fingerprint, where=where, primary_addr=primary_addr, port=port,
+                            deadline=deadline, token=token, source_addr=source_addr,
+                            limits=limits)
+        except _Dropped as e:
+            # Closed before the verdict with no reason given: the primary made room for other
+            # connections (or restarted). Reconnect while this node's time lasts; the primary
+            # counts a reconnected node once.
+            if time.monotonic() + _RETRY_S >= deadline:
+                raise PreflightError(str(e)) from e
+            time.sleep(_RETRY_S)
+
+
+class _Dropped(Exception):
+    """The connection ended before a verdict, without a refusal: worth reconnecting."""
+
+
+def _attempt(
+    fingerprint: Fingerprint,
+    *,
+    where: str,
+    primary_addr: str,
+    port: int,
+    deadline: float,
+    token: bytes | None,
+    source_addr: str | None,
+    limits: Limits,
+) -> Verdict:
+    sock, hello = _connect(primary_addr, port, deadline=deadline,
                            source_addr=source_addr, limits=limits)
     ring: RingListener | None = None
     try:
         nonce_hex, auth = hello.get("nonce"), hello.get("auth")
         if not isinstance(nonce_hex, str) or len(nonce_hex) != 32 or not isinstance(auth, bool):
             raise PreflightError(f"the primary at {where} sent a malformed greeting")
-        primary_nonce = bytes.fromhex(nonce_hex)
+        try:
+            primary_nonce = bytes.fromhex(nonce_hex)
+        except ValueError as e:
+            raise PreflightError(f"the primary at {where} sent a malformed greeting") from e
+        if token is not None and not auth:
+            # Refuse before sending anything: this node's facts go only to a primary that
+            # proves it holds the same token.
+            raise PreflightError(
+                f"the primary at {where} does not use {TOKEN_VARIABLE}, but this node has it "
+                "set: set the same token on every node (or on none); this node's fingerprint "
+                "was not sent"
+            )
         announced = hello.get("timeout_s")
-        wait = float(announced) if isinstance(announced, (int, float)) else timeout
+        wait = float(announced) if isinstance(announced, (int, float)) else deadline - \
+            time.monotonic()
         until = time.monotonic() + min(max(wait, 0.0) + _VERDICT_MARGIN_S, _MAX_WAIT_S)
         body: dict[str, Any] = {"fingerprint": fingerprint.to_wire()}
         my_nonce = new_nonce()
@@ -158,6 +204,7 @@ def run_node(
                                   nonce=primary_nonce))
         reader = FrameReader(max_payload=limits.max_verdict_bytes,
                              expect={Kind.VERDICT, Kind.REJECT, Kind.RING})
+        answered_ring = False
         while True:
             try:
                 frame = read_frame(sock, reader, until)
@@ -167,13 +214,15 @@ def run_node(
                     f"{wait + _VERDICT_MARGIN_S:.0f} s; its own output says why"
                 ) from e
             except EOFError as e:
-                raise PreflightError(
-                    f"the primary at {where} closed the connection without a verdict (it stopped, "
-                    "or was interrupted); its own output says why"
-                ) from e
+                message = (f"the primary at {where} closed the connection without a verdict (it "
+                           "stopped, or was interrupted); its own output says why")
+                if answered_ring:
+                    raise PreflightError(message) from e
+                raise _Dropped(message) from e
             if frame.kind == Kind.REJECT:
                 reason = decode_object(frame.payload).get("reason", "no reason given")
-                raise PreflightError(f"the primary at {where} refused this node: {reason}")
+                raise PreflightError(f"the primary at {where} refused this node: "
+                                     f"{clip(str(reason), 300)}")
             if token is not None and not verify_mac(frame, token=token, nonce=my_nonce):
                 raise PreflightError(
                     f"the {Kind.NAMES[frame.kind]} from {where} is not authenticated with this "
@@ -185,8 +234,12 @@ def run_node(
                 return Verdict.from_wire(body)
             _answer_ring(sock, body, rank=fingerprint.rank, token=token, nonce=primary_nonce,
                          limits=limits)
+            answered_ring = True
     except WireError as e:
         raise PreflightError(f"bad message from the primary at {where}: {e}") from e
+    except (ConnectionResetError, BrokenPipeError) as e:
+        raise _Dropped(f"lost the connection to the primary at {where}: "
+                       f"{e.strerror or e}") from e
     except OSError as e:
         raise PreflightError(
             f"lost the connection to the primary at {where}: {e.strerror or e}"

@@ -23,10 +23,15 @@ from clusterenv.preflight.wire import (
     encode_json,
 )
 
-__all__ = ["PROBE_TIMEOUT_S", "RingListener", "probe", "read_frame"]
+__all__ = ["ANSWER_TIMEOUT_S", "MAX_OPEN", "PROBE_TIMEOUT_S", "RingListener", "probe",
+           "read_frame"]
 
 #: Seconds one probe may take, connection and answer together.
 PROBE_TIMEOUT_S = 3.0
+#: Seconds a connection to a ring listener has to deliver its probe.
+ANSWER_TIMEOUT_S = 1.0
+#: Connections a ring listener keeps open at once.
+MAX_OPEN = 32
 
 
 def read_frame(sock: socket.socket, reader: FrameReader, until: float) -> Frame:
@@ -78,7 +83,9 @@ class RingListener:
 
     Binds ``addr:port``, or ``addr`` with a kernel-chosen port when that port is taken (the
     primary tells the previous node which port). Answers each ``PROBE`` with ``PROBE_ACK`` in a
-    background thread until :meth:`close`.
+    background thread until :meth:`close`. Connections are served concurrently, each with a
+    deadline of :data:`ANSWER_TIMEOUT_S`; at most :data:`MAX_OPEN` are open at once (the oldest is
+    closed to make room), so silent connections cannot keep the real probe from being answered.
     """
 
     def __init__(self, addr: str, port: int) -> None:
@@ -90,7 +97,7 @@ class RingListener:
                 self._sock.bind((addr, port))
             except OSError:
                 self._sock.bind((addr, 0))
-            self._sock.listen(8)
+            self._sock.listen(64)
             self._sock.setblocking(False)
         except BaseException:
             self._sock.close()
@@ -102,26 +109,64 @@ class RingListener:
         self._thread.start()
 
     def _serve(self) -> None:
+        open_: dict[socket.socket, tuple[float, FrameReader]] = {}
         with selectors.DefaultSelector() as selector:
             selector.register(self._sock, selectors.EVENT_READ)
-            while not self._stop.is_set():
-                if not selector.select(0.1):
-                    continue
-                try:
-                    conn, _ = self._sock.accept()
-                except OSError:
-                    continue
-                with conn:
-                    self._answer(conn)
+            try:
+                while not self._stop.is_set():
+                    for key, _ in selector.select(0.1):
+                        if key.fileobj is self._sock:
+                            self._accept(selector, open_)
+                        else:
+                            self._read(selector, open_, key.fileobj)  # type: ignore[arg-type]
+                    now = time.monotonic()
+                    for conn in [c for c, (until, _) in open_.items() if until <= now]:
+                        self._close(selector, open_, conn)
+            finally:
+                for conn in list(open_):
+                    self._close(selector, open_, conn)
+
+    def _accept(self, selector: selectors.BaseSelector,
+                open_: dict[socket.socket, tuple[float, FrameReader]]) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            if len(open_) >= MAX_OPEN:
+                oldest = min(open_, key=lambda c: open_[c][0])
+                self._close(selector, open_, oldest)
+            conn.setblocking(False)
+            open_[conn] = (time.monotonic() + ANSWER_TIMEOUT_S,
+                           FrameReader(max_payload=4096, expect={Kind.PROBE}))
+            selector.register(conn, selectors.EVENT_READ)
 
     @staticmethod
-    def _answer(conn: socket.socket) -> None:
-        reader = FrameReader(max_payload=4096, expect={Kind.PROBE})
-        with contextlib.suppress(OSError, WireError, TimeoutError, EOFError):
-            conn.setblocking(True)
-            read_frame(conn, reader, time.monotonic() + 2.0)
-            conn.settimeout(2.0)
-            conn.sendall(encode_frame(Kind.PROBE_ACK, b"{}"))
+    def _close(selector: selectors.BaseSelector,
+               open_: dict[socket.socket, tuple[float, FrameReader]], conn: socket.socket) -> None:
+        open_.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(conn)
+        conn.close()
+
+    def _read(self, selector: selectors.BaseSelector,
+              open_: dict[socket.socket, tuple[float, FrameReader]], conn: socket.socket) -> None:
+        _, reader = open_[conn]
+        try:
+            data = conn.recv(4096)
+            if data:
+                reader.feed(data)
+                if reader.next_frame() is not None:
+                    conn.setblocking(True)
+                    conn.settimeout(1.0)
+                    conn.sendall(encode_frame(Kind.PROBE_ACK, b"{}"))
+                    data = b""
+        except (BlockingIOError, InterruptedError):
+            return
+        except (OSError, WireError):
+            data = b""
+        if not data:
+            self._close(selector, open_, conn)
 
     def close(self) -> None:
         """Stop answering and close the socket."""

@@ -14,6 +14,7 @@ Phases, all in one thread on one :class:`~clusterenv.preflight.loop.ConnectionLo
 from __future__ import annotations
 
 import ipaddress
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +24,14 @@ from clusterenv.preflight.compare import compare
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.loop import Conn, ConnectionLoop, host_of
 from clusterenv.preflight.ring import PROBE_TIMEOUT_S, probe
-from clusterenv.preflight.verdict import TABLE_LIMIT, NodeRef, NodeSummary, RingHop, Verdict
+from clusterenv.preflight.verdict import (
+    TABLE_LIMIT,
+    NodeRef,
+    NodeSummary,
+    RingHop,
+    Verdict,
+    fit_verdict,
+)
 from clusterenv.preflight.wire import (
     DEFAULT_LIMITS,
     Frame,
@@ -52,6 +60,16 @@ def _node_order(addr: str, rank: int | None) -> tuple[object, ...]:
     except ValueError:
         where = (9, 0, addr)
     return (rank is None, rank or 0, where)
+
+
+def _peer_gone(conn: Conn) -> bool:
+    """Whether the peer of an open connection has closed it (a pending EOF or reset)."""
+    try:
+        return conn.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
 
 
 class PrimaryServer(ConnectionLoop):
@@ -92,7 +110,7 @@ class PrimaryServer(ConnectionLoop):
         expect = {Kind.FINGERPRINT, Kind.PROBE, *((Kind.RING_RESULT,) if ring else ())}
         super().__init__(
             listen_addr=listen_addr, port=port, limits=limits, expect=expect,
-            max_active=nodes - 1 + limits.connection_slack,
+            max_pending=nodes - 1 + limits.connection_slack,
             max_total=limits.max_connections * nodes + 64,
         )
         self.own = own
@@ -123,7 +141,10 @@ class PrimaryServer(ConnectionLoop):
             self._deadline = start + self.timeout
             self._collect(self._deadline)
             ring = self._ring_phase() if self.ring else ()
-            verdict = self._verdict(start, ring)
+            # A quarter of what a node accepts: every node receives it, and the limit holds
+            # however many nodes report whatever they report.
+            verdict = fit_verdict(self._verdict(start, ring), self.limits.max_verdict_bytes // 4,
+                                  lambda v: len(encode_json(v.to_wire())))
             self._deliver(verdict)
             return verdict
         finally:
@@ -207,16 +228,33 @@ class PrimaryServer(ConnectionLoop):
             conn.client_nonce = bytes.fromhex(nonce)
         except ValueError as e:
             raise WireError("fingerprint 'nonce' is not hexadecimal") from e
+        fingerprint = Fingerprint.from_wire(fp_data)
+        if not self._count_work(conn):
+            return
         ring = body.get("ring")
         if isinstance(ring, dict):
-            addr, port = ring.get("addr"), ring.get("port")
-            if isinstance(addr, str) and len(addr) <= 64 and isinstance(port, int) \
-                    and 0 < port < 65536:
-                conn.ring_addr = (addr, port)
-        conn.fingerprint = Fingerprint.from_wire(fp_data)
+            port = ring.get("port")
+            if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+                # Only the address this node connected from, never one it names: the ring
+                # probes cluster nodes, not whatever address a peer chooses.
+                conn.ring_addr = (host_of(conn.peer), port)
+        self._forget_closed(conn, fingerprint)
+        conn.fingerprint = fingerprint
         conn.state = "waiting"
         conn.deadline = float("inf")  # now it waits for the verdict, as long as collection runs
         self._accepted.append(conn)
+
+    def _forget_closed(self, conn: Conn, fingerprint: Fingerprint) -> None:
+        """A node that reconnects (its first connection was closed before the verdict) replaces
+        its earlier fingerprint instead of counting twice."""
+        host = host_of(conn.peer)
+        for old in list(self._accepted):
+            fp = old.fingerprint
+            if fp is None or fp.rank != fingerprint.rank or host_of(old.peer) != host:
+                continue
+            if old.sock.fileno() < 0 or _peer_gone(old):
+                self._accepted.remove(old)
+                self._drop(old)
 
     def _on_peer_closed(self, conn: Conn) -> None:
         if conn.state == "ring":

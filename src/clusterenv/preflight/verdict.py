@@ -6,15 +6,24 @@ sends it to every node as JSON; each node rebuilds it with :meth:`Verdict.from_w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from clusterenv._text import clip
 from clusterenv.findings import Finding, Severity, code_info
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.wire import WireError
 
-__all__ = ["TABLE_LIMIT", "NodeRef", "NodeSummary", "Problem", "RingHop", "Verdict"]
+__all__ = [
+    "TABLE_LIMIT",
+    "NodeRef",
+    "NodeSummary",
+    "Problem",
+    "RingHop",
+    "Verdict",
+    "fit_verdict",
+]
 
 #: Up to this many reporting nodes the verdict lists every node (and every ring probe); above
 #: it, only the nodes (and probes) that problems name.
@@ -232,3 +241,65 @@ def _severity(value: object) -> Severity:
     if value == "info":
         return "info"
     raise ValueError(f"unknown severity {value!r}")
+
+
+# Bounds on the parts of a verdict (characters): every text in it is a prefix of at most these.
+_TITLE = 1000
+_EVIDENCE_ITEMS = 12
+_EVIDENCE = 300
+_NAMED_NODES = 64
+_SHORT = 128
+
+
+def _ref(ref: NodeRef) -> NodeRef:
+    return NodeRef(ref.rank, None if ref.addr is None else clip(ref.addr, _SHORT),
+                   None if ref.hostname is None else clip(ref.hostname, _SHORT))
+
+
+def _row(row: NodeSummary) -> NodeSummary:
+    def short(text: str | None) -> str | None:
+        return None if text is None else clip(text, _SHORT)
+
+    return replace(row, addr=clip(row.addr, _SHORT), hostname=short(row.hostname),
+                   interface=short(row.interface), transport=short(row.transport),
+                   torch=short(row.torch), nccl=short(row.nccl))
+
+
+def _problem(problem: Problem, *, evidence: int, nodes: int) -> Problem:
+    return Problem(
+        code=clip(problem.code, _SHORT), severity=problem.severity,
+        title=clip(problem.title, _TITLE),
+        nodes=tuple(_ref(n) for n in problem.nodes[:nodes]),
+        evidence=tuple(clip(e, _EVIDENCE) for e in problem.evidence[:evidence]),
+        fix=clip(problem.fix, _TITLE),
+    )
+
+
+def fit_verdict(verdict: Verdict, max_bytes: int, size: Callable[[Verdict], int]) -> Verdict:
+    """``verdict`` cut to fit in ``max_bytes`` as measured by ``size`` (its encoded length).
+
+    Every text is first cut to a bounded prefix (a peer's 60,000-character value is echoed as
+    its first few hundred characters). If that is still too big, the evidence and the node
+    table go, then all but the first problems: errors come first, so the exit code every node
+    derives from the verdict never changes. The last step is small by construction.
+    """
+    ring = tuple(RingHop(_ref(h.source), _ref(h.target), h.ok, clip(h.detail, _EVIDENCE))
+                 for h in verdict.ring)
+    steps = (
+        (_EVIDENCE_ITEMS, _NAMED_NODES, None, True),
+        (0, 8, None, False),
+        (0, 4, 64, False),
+    )
+    fitted = verdict
+    for evidence, nodes, problems, table in steps:
+        kept = verdict.problems if problems is None else verdict.problems[:problems]
+        fitted = replace(
+            verdict,
+            nodes=tuple(_row(n) for n in verdict.nodes) if table else (),
+            problems=tuple(_problem(p, evidence=evidence, nodes=nodes) for p in kept),
+            rejected=tuple(clip(r, _EVIDENCE) for r in verdict.rejected[:_EVIDENCE_ITEMS * 4]),
+            ring=ring if table else tuple(h for h in ring if not h.ok)[:64],
+        )
+        if size(fitted) <= max_bytes:
+            return fitted
+    return fitted

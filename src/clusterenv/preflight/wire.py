@@ -93,18 +93,22 @@ class Limits:
         max_message_bytes: Largest payload the primary accepts from a node, e.g. ``65536``.
         max_verdict_bytes: Largest verdict a node accepts from the primary, e.g. 16 MiB.
         peer_timeout: Seconds a connection has, from accept, to deliver its complete
-            fingerprint, e.g. ``5.0``; a silent or trickling peer is dropped after it.
+            fingerprint, e.g. ``3.0``; a silent or trickling peer is dropped after it.
         send_timeout: Seconds to deliver the verdict to one node, e.g. ``5.0``.
-        connection_slack: Concurrent connections allowed beyond ``NUM_NODES - 1``, e.g. ``16``.
-        max_connections: Total connections accepted in one run is at most
-            ``max_connections * NUM_NODES + 64``; beyond it connections are closed at once.
+        connection_slack: Connections that have not yet sent a well-formed message allowed at
+            once beyond ``NUM_NODES - 1``, e.g. ``16``; at the cap, the one silent longest is
+            closed to make room (an honest node answers its greeting at once, and reconnects
+            if it is closed anyway).
+        max_connections: Well-formed fingerprints accepted in one run is at most
+            ``max_connections * NUM_NODES + 64``; connections that send nothing or garbage do
+            not count, so a burst of them cannot lock honest nodes out.
         max_recorded_rejections: Rejected peers listed by address in the verdict, e.g. ``32``
             (the rest are counted).
     """
 
     max_message_bytes: int = 64 * 1024
     max_verdict_bytes: int = 16 * 1024 * 1024
-    peer_timeout: float = 5.0
+    peer_timeout: float = 3.0
     send_timeout: float = 5.0
     connection_slack: int = 16
     max_connections: int = 4
