@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import clusterenv
-from clusterenv._jsonable import to_jsonable
 from clusterenv.errors import DiscoveryError
 from clusterenv.host import (
     ENVIRONMENT,
@@ -317,7 +316,7 @@ def test_detect_reads_os_environ_when_none_given(tmp_path: Path) -> None:
 
 def test_json_is_clean(tmp_path: Path) -> None:
     facts = HostFacts.detect(environ={}, root=full_host(tmp_path).root)
-    data = json.loads(json.dumps(to_jsonable(facts)))
+    data = json.loads(json.dumps(facts.to_dict()))
     assert data["gpu_models"] == ["NVIDIA H100 80GB HBM3"]
     assert data["memlock_hard"] is None
     assert data["nccl_conf_files"] == [

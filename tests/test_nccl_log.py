@@ -22,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusterenv._jsonable import to_jsonable
 from clusterenv.cli import main
 from clusterenv.errors import DiscoveryError
 from clusterenv.findings import Finding
@@ -695,7 +694,7 @@ def test_unreadable_files_raise_discovery_error_naming_the_path(tmp_path: Path, 
 
 
 def test_json_of_a_log_round_trips() -> None:
-    data = json.loads(json.dumps(to_jsonable(read_nccl_log(ROCE))))
+    data = json.loads(json.dumps(read_nccl_log(ROCE).to_dict()))
     assert data["transport"] == "IB" and data["version"] == "2.27.5"
     assert data["devices"][0]["label"] == "mlx5_0:1/RoCE"
     assert data["ranks"][0]["oob"] == {"interface": "enp25s0np0", "address": "10.99.91.63"}
@@ -783,8 +782,8 @@ def check_never_crashes(text: str) -> None:
     log = parse_nccl_log(text.splitlines(keepends=True))
     assert 0 <= log.lines_matched <= log.lines_read
     findings = nccl_log_findings(log, management_interfaces=["eth0"], expect_rdma=True)
-    json.dumps(to_jsonable(log))
-    json.dumps(to_jsonable(findings))
+    json.dumps(log.to_dict())
+    json.dumps([f.to_dict() for f in findings])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterenv import ClusterEnvWarning, EnvChange, NcclPlan, apply_nccl_defaults, plan_nccl_env
-from clusterenv._jsonable import to_jsonable
 from clusterenv._root import Root
 from clusterenv.nccl import PLANNED_VARIABLES
 from clusterenv.nccl.version import detect_nccl_versions, known_before, parse_nccl_version
@@ -181,7 +180,7 @@ def test_invalid_environment_becomes_a_finding(tmp_path: Path) -> None:
 
 def test_plan_is_json_with_attribute_names(tmp_path: Path) -> None:
     b0(tmp_path)
-    data = to_jsonable(plan_nccl_env(environ=B0_ENV, root=tmp_path))
+    data = plan_nccl_env(environ=B0_ENV, root=tmp_path).to_dict()
     json.dumps(data)
     assert set(data) >= {"changes", "findings", "notes", "env", "cluster_interface"}
     assert set(data["changes"][0]) == {"name", "value", "previous", "action", "reason", "origin",

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterenv._addresses import _parse_netifaces, _prefix_length, parse_address, parse_ip
-from clusterenv._jsonable import to_jsonable
 from clusterenv._routes import _parse_ipv6_route, _parse_route
 from clusterenv.config import ClusterConfig
 from clusterenv.errors import DiscoveryError
@@ -170,7 +169,7 @@ def test_missing_root_is_a_discovery_error(tmp_path: Path) -> None:
 
 def test_json_uses_attribute_names(tmp_path: Path) -> None:
     runpod_node(tmp_path)
-    data = json.loads(json.dumps(to_jsonable(NetworkInterfaces.detect(root=tmp_path))))
+    data = json.loads(json.dumps(NetworkInterfaces.detect(root=tmp_path).to_dict()))
     ens1 = next(i for i in data["interfaces"] if i["name"] == "ens1")
     assert ens1["ipv4"] == ["10.65.0.2/24"] and ens1["ipv6"] == ["fe80::1/64"]
     assert ens1["mtu"] == 9000 and ens1["speed_mbps"] == 400000
@@ -478,7 +477,7 @@ def test_garbled_sysfs_never_crashes(
     assert isinstance(ens1.operstate, str) and isinstance(ens1.is_up, bool)
     assert ens1.master in (None, "bond9")  # a link to ".." names no interface
     assert all(isinstance(a, ipaddress.IPv4Interface) for a in ens1.ipv4)
-    json.dumps(to_jsonable(net))
+    json.dumps(net.to_dict())
 
 
 def test_garbled_addresses_in_host_json(tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 import clusterenv
-from clusterenv._jsonable import to_jsonable
 from clusterenv.network import NetworkInterfaces, route_interface
 from tests.conftest import skip_or_fail
 
@@ -33,10 +32,9 @@ SOURCE_DIR = str(Path(clusterenv.__file__).resolve().parents[1])
 PROBES = ("10.77.0.9", "10.78.0.9", "10.79.0.9", "8.8.8.8", "fd00:77::9", "127.0.0.1")
 DETECT = f"""
 import json
-from clusterenv._jsonable import to_jsonable
 from clusterenv.network import NetworkInterfaces, route_interface
 print(json.dumps({{
-    "network": to_jsonable(NetworkInterfaces.detect()),
+    "network": NetworkInterfaces.detect().to_dict(),
     "routes": {{ip: route_interface(ip) for ip in {PROBES!r}}},
 }}))
 """
@@ -199,7 +197,7 @@ def test_detect_agrees_with_ip_and_replays_from_a_capture(namespace: str, tmp_pa
             for i in net["interfaces"]
         ]
 
-    assert comparable(to_jsonable(replayed)) == comparable(detected["network"])
+    assert comparable(replayed.to_dict()) == comparable(detected["network"])
     replayed_show = _in_namespace(
         namespace, "-m", "clusterenv", "show", "--json", "--root", str(snapshot)
     )

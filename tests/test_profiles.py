@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from clusterenv._jsonable import to_jsonable
 from clusterenv.rdma import RdmaInfo
 from tests.profiles import PROFILES, ExpectedPort, Profile
 
@@ -68,7 +67,7 @@ def test_detection_matches_the_capture(profile: Profile, tmp_path: Path) -> None
         found = info.get(device)
         assert found is not None
         assert found.netdevs == netdevs
-    data = json.loads(json.dumps(to_jsonable(info)))
+    data = json.loads(json.dumps(info.to_dict()))
     assert [d["name"] for d in data["devices"]] == list(profile.devices)
     assert data["transport"] == profile.transport
 

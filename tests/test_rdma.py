@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import clusterenv
-from clusterenv._jsonable import to_jsonable
 from clusterenv.errors import DiscoveryError
 from clusterenv.rdma import (
     Gid,
@@ -518,7 +517,7 @@ def test_json_uses_public_attribute_names(tmp_path: Path) -> None:
     host = HostBuilder(tmp_path).rdma_device(
         "mlx5_0", roce(gid(3, "::ffff:10.0.0.1", "RoCE v2", "ens1"))
     )
-    data = json.loads(json.dumps(to_jsonable(detect(host))))
+    data = json.loads(json.dumps(detect(host).to_dict()))
     assert set(data) == {"devices", "uverbs", "transport"}
     device = data["devices"][0]
     assert {"name", "ports", "usable", "netdevs", "uverbs", "dev_node"} <= set(device)

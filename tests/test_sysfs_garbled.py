@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusterenv._jsonable import to_jsonable
 from clusterenv.errors import DiscoveryError
 from clusterenv.host import HostFacts
 from clusterenv.rdma import RdmaInfo
@@ -175,8 +174,8 @@ def test_garbled_sysfs_never_crashes_detection(
             for found in device.ports:
                 assert found.nccl_gid_index is None or found.nccl_gid_index >= 0
                 assert found.rate_gbps is None or found.rate_gbps > 0
-        json.dumps(to_jsonable(info))
-        json.dumps(to_jsonable(facts))
+        json.dumps(info.to_dict())
+        json.dumps(facts.to_dict())
         assert facts.gpus <= facts.gpus_installed
 
 
@@ -205,7 +204,7 @@ def test_odd_host_json_values_never_crash_host_facts(recorded: dict[str, object]
         assert facts.shm_bytes is None or facts.shm_bytes >= 0
         assert facts.memlock_known or (facts.memlock_soft, facts.memlock_hard) == (None, None)
         assert facts.cap_ipc_lock in (None, True, False)
-        json.dumps(to_jsonable(facts))
+        json.dumps(facts.to_dict())
 
 
 def detect_rdma(root: Path) -> object:

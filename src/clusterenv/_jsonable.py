@@ -1,4 +1,10 @@
-"""Turning results into JSON-ready data whose field names are the public attribute names."""
+"""Turning results into JSON-ready data whose field names are the public attribute names.
+
+Every public result type has a ``to_dict()`` built with :func:`json_fields`: its fields, then
+the derived facts it names explicitly (e.g. ``usable`` on an RDMA device). :func:`to_jsonable`
+converts anything else (addresses, paths, ranges, mappings, sequences) and calls ``to_dict()``
+on nested results, so the CLI's ``--json`` is exactly what ``to_dict()`` returns.
+"""
 
 from __future__ import annotations
 
@@ -9,26 +15,35 @@ from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
-__all__ = ["to_jsonable"]
+__all__ = ["json_fields", "to_jsonable"]
+
+
+def json_fields(value: Any, **derived: Any) -> dict[str, Any]:
+    """``value``'s fields (a dataclass or a pydantic model) in declaration order, then
+    ``derived``, each converted with :func:`to_jsonable`."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in dataclasses.fields(value)]
+    else:  # a pydantic model, imported lazily by its module
+        names = list(type(value).model_fields)
+    data = {name: to_jsonable(getattr(value, name)) for name in names}
+    data.update((name, to_jsonable(item)) for name, item in derived.items())
+    return data
 
 
 def to_jsonable(value: Any) -> Any:
-    """Convert dataclasses, pydantic models, addresses, paths and ranges into JSON data.
+    """Convert results, dataclasses, pydantic models, addresses, paths and ranges into JSON data.
 
-    Dataclass fields keep their names; properties listed in a class's ``__json_extra__`` tuple
-    (derived facts such as ``usable``) are added after the fields.
+    A value with a ``to_dict()`` method gives what that returns.
     """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    fields: dict[str, Any] | None = None
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    elif callable(getattr(value, "model_dump", None)):  # a pydantic model, imported lazily
-        fields = value.model_dump()
-    if fields is not None:
-        extra = getattr(type(value), "__json_extra__", ())
-        fields.update((name, getattr(value, name)) for name in extra)
-        return {name: to_jsonable(item) for name, item in fields.items()}
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict) and not isinstance(value, type):
+        return to_dict()
+    if (dataclasses.is_dataclass(value) and not isinstance(value, type)) or callable(
+        getattr(value, "model_dump", None)
+    ):
+        return json_fields(value)
     if isinstance(value, Enum):
         return to_jsonable(value.value)
     if isinstance(

@@ -114,6 +114,10 @@ class Root:
     def __repr__(self) -> str:
         return f"Root({str(self.path)!r})"
 
+    def __fspath__(self) -> str:
+        """The root as a path, so a root can go wherever a ``root=`` path is accepted."""
+        return str(self.path)
+
     @property
     def is_live(self) -> bool:
         """True when this root is the running host (``/``), not a snapshot."""
@@ -435,6 +439,7 @@ def _parse_host_json(raw: bytes, shown: str) -> dict[str, Any]:
     return data
 
 
-def as_root(root: Root | str | os.PathLike[str]) -> Root:
-    """Accept a :class:`Root` or a path, as every public ``root=`` parameter does."""
+def as_root(root: str | os.PathLike[str]) -> Root:
+    """The :class:`Root` for a public ``root=`` argument: a path (``str`` or any
+    ``os.PathLike``); a :class:`Root`, itself path-like, is used as it is."""
     return root if isinstance(root, Root) else Root(root)

@@ -111,7 +111,7 @@ def _best_route(routes: list[_Route], address: IPAddress) -> _Route | None:
 
 
 def route_interface(
-    ip: str | IPAddress, *, root: Root | str | os.PathLike[str] = "/"
+    ip: str | IPAddress, *, root: str | os.PathLike[str] = "/"
 ) -> str | None:
     """The interface the kernel's main routing table sends traffic for ``ip`` through.
 

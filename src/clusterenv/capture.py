@@ -79,7 +79,7 @@ def capture(
     dest: str | os.PathLike[str],
     *,
     environ: Mapping[str, str] | None = None,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
 ) -> Path:
     """Write a host snapshot of ``root`` into ``dest`` and return its path.
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from clusterenv._root import Root, as_root
+from clusterenv._jsonable import json_fields
+from clusterenv._root import as_root
 from clusterenv.errors import ConfigError, ConfigProblem
 from clusterenv.findings import Finding
 from clusterenv.sources import (
@@ -49,6 +50,10 @@ class ProcessContext(BaseModel):
     rank: int = Field(ge=0, description="Global rank of this process, e.g. 9.")
     local_rank: int = Field(ge=0, description="Rank on this node, e.g. 1.")
     local_world_size: int = Field(ge=1, description="Processes on this node, e.g. 8.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
 
 
 class ClusterConfig(BaseModel):
@@ -87,8 +92,6 @@ class ClusterConfig(BaseModel):
         default=None, description="The worker's ranks inside a launched worker."
     )
 
-    #: Derived properties included in JSON output.
-    __json_extra__ = ("host_node_addr", "is_primary", "is_multi_node")
 
     @property
     def host_node_addr(self) -> str:
@@ -117,7 +120,7 @@ class ClusterConfig(BaseModel):
         environ: Mapping[str, str] | None = None,
         *,
         source: str | None = None,
-        root: Root | str | os.PathLike[str] = "/",
+        root: str | os.PathLike[str] = "/",
     ) -> ClusterConfig:
         """Read and validate the cluster contract from an environment.
 
@@ -175,6 +178,12 @@ class ClusterConfig(BaseModel):
             f"--master-port={self.primary_port}",
         ]
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``host_node_addr``, ``is_primary`` and
+        ``is_multi_node``."""
+        return json_fields(self, host_node_addr=self.host_node_addr, is_primary=self.is_primary,
+                           is_multi_node=self.is_multi_node)
+
 
 @dataclass(frozen=True)
 class ConfigCheck:
@@ -225,7 +234,7 @@ def check_config(
     environ: Mapping[str, str] | None = None,
     *,
     source: str | None = None,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
 ) -> ConfigCheck:
     """Read the environment like :meth:`ClusterConfig.from_env`, returning problems as data.
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterenv._gpus import visible_gpu_count
+from clusterenv._jsonable import json_fields
 from clusterenv._root import Root, as_root
 
 __all__ = [
@@ -63,6 +64,10 @@ class NcclConfFile:
     path: str
     origin: str
     values: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +121,7 @@ class HostFacts:
         cls,
         *,
         environ: Mapping[str, str] | None = None,
-        root: Root | str | os.PathLike[str] = "/",
+        root: str | os.PathLike[str] = "/",
     ) -> HostFacts:
         """Read the host facts of ``root`` (``/`` or a host snapshot).
 
@@ -155,15 +160,23 @@ class HostFacts:
             hostname=name if isinstance(name, str) and name else None,
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
 
-def live_process_facts(host: Root) -> dict[str, Any]:
+
+def live_process_facts(root: str | os.PathLike[str] = "/") -> dict[str, Any]:
     """What belongs to the running process rather than to a file, in ``host.json``'s shape.
 
     ``memlock`` (``{"soft": None, "hard": 65536}``, None = unlimited), ``cap_ipc_lock``,
     ``shm_bytes`` (the size of ``/dev/shm``) and ``hostname``; a fact that cannot be read is
     left out. A snapshot records exactly this (``clusterenv capture``), and
     :meth:`HostFacts.detect` reads the live host through it.
+
+    Args:
+        root: ``/`` (the default), or another root whose ``proc/self/status`` to read.
     """
+    host = as_root(root)
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     facts: dict[str, Any] = {
         "memlock": {
@@ -187,7 +200,7 @@ def live_process_facts(host: Root) -> dict[str, Any]:
 def nccl_conf_files(
     *,
     environ: Mapping[str, str] | None = None,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
 ) -> tuple[NcclConfFile, ...]:
     """The NCCL configuration files that exist, in the order NCCL applies them.
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from clusterenv._facts import Facts
-from clusterenv._root import Root, as_root
+from clusterenv._root import as_root
 from clusterenv.config import ClusterConfig
 from clusterenv.errors import LaunchError
 from clusterenv.findings import Finding
@@ -316,7 +316,7 @@ def plan_launch(
     command: Sequence[str],
     *,
     environ: Mapping[str, str] | None = None,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
     nproc_per_node: int | None = None,
     override: bool = False,
     debug: bool = False,
@@ -405,7 +405,7 @@ def launch(
     command: Sequence[str],
     *,
     environ: Mapping[str, str] | None = None,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
     nproc_per_node: int | None = None,
     override: bool = False,
     debug: bool = False,

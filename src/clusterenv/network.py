@@ -17,9 +17,10 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from clusterenv._addresses import IPAddress, IPInterface, address_map, parse_address, parse_ip
+from clusterenv._jsonable import json_fields
 from clusterenv._root import Root, as_root, natural_key
 from clusterenv._routes import route_interface
 
@@ -90,8 +91,6 @@ class Interface:
         ipv6: IPv6 addresses with prefix, e.g. ``(IPv6Interface('fe80::1/64'),)``.
     """
 
-    __json_extra__ = ("is_up", "has_routable_address")
-
     name: str
     operstate: str = "unknown"
     mtu: int | None = None
@@ -145,6 +144,10 @@ class Interface:
         matches = [a for a in self.addresses if a.version == ip.version and ip in a.network]
         return max(matches, key=lambda a: a.network.prefixlen, default=None)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``is_up`` and ``has_routable_address``."""
+        return json_fields(self, is_up=self.is_up, has_routable_address=self.has_routable_address)
+
 
 def _primary_variable(source: str) -> str:
     if source in ("torchelastic", "generic"):
@@ -165,7 +168,7 @@ class NetworkInterfaces:
     interfaces: tuple[Interface, ...] = ()
 
     @classmethod
-    def detect(cls, *, root: Root | str | os.PathLike[str] = "/") -> NetworkInterfaces:
+    def detect(cls, *, root: str | os.PathLike[str] = "/") -> NetworkInterfaces:
         """Read the interfaces of this host (``root="/"``) or of a host snapshot.
 
         Missing or garbled files give empty fields, never an exception. Interfaces that have
@@ -299,6 +302,10 @@ class NetworkInterfaces:
         ]
         notes.append(f"addresses here: {'; '.join(known) if known else 'none'}")
         return None, "; ".join(notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
 
 
 # -- reading sysfs --------------------------------------------------------------------------

@@ -18,8 +18,9 @@ import ipaddress
 import os
 import re
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, Literal
 
+from clusterenv._jsonable import json_fields
 from clusterenv._root import Root, as_root, natural_key
 
 __all__ = ["Gid", "RdmaDevice", "RdmaInfo", "RdmaPort", "Transport", "port_transport"]
@@ -192,8 +193,6 @@ class Gid:
             ``"bond0"``; None on InfiniBand.
     """
 
-    __json_extra__: ClassVar[tuple[str, ...]] = ("ipv4", "roce_version")
-
     index: int
     address: ipaddress.IPv6Address
     type: str | None
@@ -213,6 +212,10 @@ class Gid:
     def is_link_local(self) -> bool:
         """Whether the GID is in ``fe80::/64``, which NCCL never picks on RoCE."""
         return self.address in _LINK_LOCAL
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``ipv4`` and ``roce_version``."""
+        return json_fields(self, ipv4=self.ipv4, roce_version=self.roce_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,10 +237,6 @@ class RdmaPort:
             ``fe80::`` prefix) are left out; link-local GIDs are kept.
         gid_table_len: Slots in the GID table (``gids/*`` files), e.g. ``256``.
     """
-
-    __json_extra__: ClassVar[tuple[str, ...]] = (
-        "active", "nccl_gid_index", "nccl_gid_reaches_peers"
-    )
 
     number: int
     state: str
@@ -280,6 +279,12 @@ class RdmaPort:
         choice = choose_gid(self)
         return choice.reaches_peers if choice is not None else None
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``active``, ``nccl_gid_index`` and
+        ``nccl_gid_reaches_peers``."""
+        return json_fields(self, active=self.active, nccl_gid_index=self.nccl_gid_index,
+                           nccl_gid_reaches_peers=self.nccl_gid_reaches_peers)
+
 
 @dataclass(frozen=True, slots=True)
 class RdmaDevice:
@@ -301,8 +306,6 @@ class RdmaDevice:
         pci_netdevs: Interfaces of the same PCI function (``device/net/*``), e.g.
             ``("ens12f0np0",)``; for a bonded port the bond itself is in the port's ``netdev``.
     """
-
-    __json_extra__: ClassVar[tuple[str, ...]] = ("usable", "netdevs")
 
     name: str
     ports: tuple[RdmaPort, ...]
@@ -339,6 +342,10 @@ class RdmaDevice:
         """The port with this number, or None."""
         return next((p for p in self.ports if p.number == number), None)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``usable`` and ``netdevs``."""
+        return json_fields(self, usable=self.usable, netdevs=self.netdevs)
+
 
 def port_transport(device: RdmaDevice, port: RdmaPort) -> Transport | None:
     """What kind of RDMA a port offers: ``"infiniband"``, ``"roce"``, ``"efa"`` or None.
@@ -374,8 +381,6 @@ class RdmaInfo:
     """
 
     # usable_devices is left out of JSON: each device already carries "usable".
-    __json_extra__: ClassVar[tuple[str, ...]] = ("transport",)
-
     devices: tuple[RdmaDevice, ...]
     uverbs: tuple[str, ...]
 
@@ -411,7 +416,7 @@ class RdmaInfo:
         return next((d for d in self.devices if d.name == name), None)
 
     @classmethod
-    def detect(cls, *, root: Root | str | os.PathLike[str] = "/") -> RdmaInfo:
+    def detect(cls, *, root: str | os.PathLike[str] = "/") -> RdmaInfo:
         """Read the RDMA devices under ``root`` (``/`` or a host snapshot).
 
         Missing ``/sys/class/infiniband`` is an empty result; garbled files read as unknown
@@ -434,6 +439,10 @@ class RdmaInfo:
             if host.is_dir(f"sys/class/infiniband/{name}"):
                 devices.append(_read_device(host, name, verbs.get(name)))
         return cls(tuple(devices), nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``transport``."""
+        return json_fields(self, transport=self.transport)
 
 
 def _verbs_by_device(host: Root) -> dict[str, str]:

@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 from clusterenv._cli._common import add_json, emit_json, render_findings, table
-from clusterenv._jsonable import to_jsonable
 from clusterenv.nccl_log import NcclLog, NetPlugin, RankInfo, nccl_log_findings, read_nccl_log
 
 _MAX_ROWS = 64
@@ -68,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     # nccl_log_findings puts the most likely cause first among the errors
     cause = findings[0] if findings and findings[0].severity == "error" else None
     if args.json:
-        data: dict[str, Any] = {"file": args.file, **to_jsonable(log)}
+        data: dict[str, Any] = {"file": args.file, **log.to_dict()}
         data["findings"] = findings
         data["cause"] = cause
         data["summary"] = counts

@@ -33,7 +33,7 @@ import os
 from collections.abc import Mapping
 
 from clusterenv._facts import Facts
-from clusterenv._root import Root, as_root
+from clusterenv._root import as_root
 from clusterenv.diagnosis.host import host_checks
 from clusterenv.diagnosis.network import network_checks
 from clusterenv.diagnosis.rdma import rdma_checks
@@ -58,7 +58,7 @@ _REDUNDANT = frozenset({"plan-config-invalid"})
 def diagnose_with_plan(
     *,
     environ: Mapping[str, str] | None = None,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
     nccl_version: str | None = None,
     debug: bool = False,
     ask_nccl: bool = False,
@@ -148,7 +148,7 @@ def _ask_nccl(
 def doctor(
     *,
     environ: Mapping[str, str] | None = None,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
     nccl_version: str | None = None,
 ) -> list[Finding]:
     """Check this node and explain what will break the job.

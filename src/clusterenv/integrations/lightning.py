@@ -29,7 +29,6 @@ import os
 import socket
 from collections.abc import Mapping
 
-from clusterenv._root import Root
 from clusterenv.config import ClusterConfig, check_config
 
 try:
@@ -77,7 +76,7 @@ class ClusterEnvEnvironment(ClusterEnvironment):  # type: ignore[misc,unused-ign
         config: ClusterConfig | None = None,
         *,
         environ: Mapping[str, str] | None = None,
-        root: Root | str | os.PathLike[str] = "/",
+        root: str | os.PathLike[str] = "/",
     ) -> None:
         super().__init__()
         self._environ = environ

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from clusterenv._root import Root
 from clusterenv.errors import LaunchError
 
 if TYPE_CHECKING:
@@ -120,7 +119,7 @@ def init_process_group(
     timeout: timedelta | float | None = None,
     environ: MutableMapping[str, str] | None = None,
     apply_defaults: bool = True,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
     **kwargs: Any,
 ) -> ProcessGroupInfo:
     """Create torch's default process group the way this cluster needs it.

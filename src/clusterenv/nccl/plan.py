@@ -33,10 +33,11 @@ import sys
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from clusterenv._facts import ENVIRONMENT, Facts, Proposal
-from clusterenv._root import Root, as_root
+from clusterenv._jsonable import json_fields
+from clusterenv._root import as_root
 from clusterenv.errors import ClusterEnvWarning
 from clusterenv.findings import Finding
 from clusterenv.nccl.hca import rdma_plan, rdma_value_findings
@@ -96,6 +97,10 @@ class EnvChange:
     planned: str | None = None
     harmful: bool = False
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
+
 
 @dataclass(frozen=True, slots=True)
 class NcclPlan:
@@ -110,8 +115,6 @@ class NcclPlan:
         cluster_interface: The interface chosen for cluster traffic, e.g. ``"ens1"``.
         nccl_version: The NCCL version found, e.g. ``"2.21.5"``; None when unknown or not needed.
     """
-
-    __json_extra__: ClassVar[tuple[str, ...]] = ("env",)
 
     changes: tuple[EnvChange, ...] = ()
     findings: tuple[Finding, ...] = ()
@@ -136,11 +139,15 @@ class NcclPlan:
         """True when applying the plan changes no variable."""
         return not self.env
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``env``."""
+        return json_fields(self, env=self.env)
+
 
 def plan_nccl_env(
     *,
     environ: Mapping[str, str] | None = None,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
     config: ClusterConfig | None = None,
     network: NetworkInterfaces | None = None,
     rdma: RdmaInfo | None = None,
@@ -313,7 +320,7 @@ def apply_nccl_defaults(
     *,
     override: bool = False,
     debug: bool = False,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
 ) -> NcclPlan:
     """Apply :func:`plan_nccl_env` to ``environ`` (default ``os.environ``) and return the plan.
 

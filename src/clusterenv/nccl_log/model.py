@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import Any
+
+from clusterenv._jsonable import json_fields
 
 __all__ = [
     "INTERNAL_NETWORKS",
@@ -51,6 +54,10 @@ class SocketEndpoint:
 
     def __str__(self) -> str:
         return f"{self.interface}:{self.address}" if self.address else self.interface
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,10 @@ class RankInfo:
             return f"rank {self.rank} ({where})"
         return where
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
+
 
 @dataclass(frozen=True, slots=True)
 class NetDevice:
@@ -129,8 +140,6 @@ class NetDevice:
             ``[0]mlx5_0:1/IB/SHARP`` (the SHARP plugin's collective-capable devices).
     """
 
-    __json_extra__ = ("label",)
-
     network: str
     index: int | None
     name: str
@@ -146,6 +155,10 @@ class NetDevice:
         text = self.name if self.port is None else f"{self.name}:{self.port}"
         text = f"{text}/{self.link_layer}" if self.link_layer else text
         return "/".join((text, *self.suffixes))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``label``."""
+        return json_fields(self, label=self.label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +178,6 @@ class GpuDirect:
             ``("GPU 1c000 / HCA 0 (distance 5 > 2)",)``.
     """
 
-    __json_extra__ = ("enabled",)
-
     hcas: dict[str, bool]
     dmabuf_gpus: tuple[int, ...]
     net_channels: int
@@ -185,6 +196,10 @@ class GpuDirect:
         if self.hcas or self.gdr_channels:
             return True
         return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``enabled``."""
+        return json_fields(self, enabled=self.enabled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +228,10 @@ class NetPlugin:
     failed: bool
     evidence: tuple[str, ...]
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
+
 
 @dataclass(frozen=True, slots=True)
 class LogMessage:
@@ -235,6 +254,10 @@ class LogMessage:
     count: int
     first_line: int
     hosts: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,8 +283,6 @@ class NcclLog:
         lines_read: Lines read.
         lines_matched: Lines carrying an ``NCCL INFO`` or ``NCCL WARN`` marker.
     """
-
-    __json_extra__ = ("transport", "hosts", "multi_node")
 
     version: str | None
     cuda_version: str | None
@@ -303,3 +324,9 @@ class NcclLog:
     def messages(self, kind: str) -> tuple[LogMessage, ...]:
         """Warnings, errors and notices of one ``kind``, e.g. ``"ibverbs"``."""
         return tuple(m for m in (*self.warnings, *self.errors, *self.notices) if m.kind == kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``transport``, ``hosts`` and ``multi_node``."""
+        return json_fields(
+            self, transport=self.transport, hosts=self.hosts, multi_node=self.multi_node
+        )

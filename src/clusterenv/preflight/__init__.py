@@ -36,9 +36,10 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from clusterenv._root import Root, as_root
+from clusterenv._jsonable import json_fields
+from clusterenv._root import as_root
 from clusterenv.preflight.compare import compare
 from clusterenv.preflight.fingerprint import (
     TOKEN_VARIABLE,
@@ -96,8 +97,6 @@ class PreflightResult:
         elapsed_s: Seconds this node spent, e.g. ``0.42``.
     """
 
-    __json_extra__: ClassVar[tuple[str, ...]] = ("ok",)
-
     exit_code: int
     role: Role
     rank: int | None
@@ -110,6 +109,10 @@ class PreflightResult:
     def ok(self) -> bool:
         """Whether the cluster is consistent (exit code 0)."""
         return self.exit_code == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``ok``."""
+        return json_fields(self, ok=self.ok)
 
 
 def default_port(primary_port: int | None) -> int:
@@ -144,7 +147,7 @@ def _local_primary_address(facts: Facts, primary: str) -> str | None:
 def preflight(
     *,
     environ: Mapping[str, str] | None = None,
-    root: Root | str | os.PathLike[str] = "/",
+    root: str | os.PathLike[str] = "/",
     timeout: float = 30.0,
     port: int | None = None,
     ring: bool = False,

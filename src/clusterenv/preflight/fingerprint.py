@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from clusterenv._jsonable import json_fields
 from clusterenv._root import Root, as_root
 from clusterenv._text import clip
 from clusterenv.findings import Finding
@@ -91,6 +92,10 @@ class RdmaSummary:
     rates_gbps: tuple[float, ...] = ()
     inactive: tuple[str, ...] = ()
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
+
 
 @dataclass(frozen=True, slots=True)
 class Fingerprint:
@@ -138,9 +143,7 @@ class Fingerprint:
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object sent on the wire, with ``schema``."""
-        from clusterenv._jsonable import to_jsonable  # noqa: PLC0415  # small, on use
-
-        data: dict[str, Any] = to_jsonable(self)
+        data = self.to_dict()
         data["schema"] = FINGERPRINT_SCHEMA
         return data
 
@@ -186,6 +189,10 @@ class Fingerprint:
             token=_bool(data, "token"),
             clusterenv=_text(data, "clusterenv") or "",
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
 
 
 # -- checking received fields -----------------------------------------------------------------
@@ -399,7 +406,7 @@ def _collect(environ: Mapping[str, str], root: Root) -> tuple[Fingerprint, Facts
 
 
 def collect_fingerprint(
-    *, environ: Mapping[str, str] | None = None, root: Root | str | os.PathLike[str] = "/"
+    *, environ: Mapping[str, str] | None = None, root: str | os.PathLike[str] = "/"
 ) -> Fingerprint:
     """Detect this node's fingerprint.
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
+from clusterenv._jsonable import json_fields
 from clusterenv._text import clip
 from clusterenv.findings import Finding, Severity, code_info
 from clusterenv.preflight.fingerprint import Fingerprint
@@ -48,6 +49,10 @@ class NodeRef:
     def __str__(self) -> str:
         rank = "rank ?" if self.rank is None else f"rank {self.rank}"
         return f"{rank} ({self.addr})" if self.addr else rank
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,10 @@ class Problem:
         nodes = (f"nodes: {', '.join(map(str, self.nodes))}",) if self.nodes else ()
         return Finding(self.code, self.severity, self.title, (*self.evidence, *nodes), self.fix)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
+
 
 @dataclass(frozen=True, slots=True)
 class NodeSummary:
@@ -127,6 +136,10 @@ class NodeSummary:
             nccl=fp.versions.get("nccl"),
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
+
 
 @dataclass(frozen=True, slots=True)
 class RingHop:
@@ -142,6 +155,10 @@ class RingHop:
     target: NodeRef
     ok: bool
     detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +181,6 @@ class Verdict:
         reported: How many nodes reported, the primary included, e.g. ``4``.
         ring_probed: How many ring probes were made (0 without ``--ring``).
     """
-
-    __json_extra__: ClassVar[tuple[str, ...]] = ("ok", "exit_code")
 
     expected_nodes: int
     primary: str
@@ -190,10 +205,7 @@ class Verdict:
 
     def to_wire(self) -> dict[str, Any]:
         """The verdict as a JSON object (the field names above, plus ``ok``, ``exit_code``)."""
-        from clusterenv._jsonable import to_jsonable  # noqa: PLC0415
-
-        data: dict[str, Any] = to_jsonable(self)
-        return data
+        return self.to_dict()
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> Verdict:
@@ -231,6 +243,10 @@ class Verdict:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise WireError(f"the primary's verdict is malformed ({type(e).__name__}: {e})") from e
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``ok`` and ``exit_code``."""
+        return json_fields(self, ok=self.ok, exit_code=self.exit_code)
 
 
 def _severity(value: object) -> Severity:
