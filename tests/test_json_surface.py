@@ -132,7 +132,7 @@ def test_a_verdict_carries_ok_and_exit_code_and_survives_the_wire() -> None:
 def test_cli_json_is_what_to_dict_returns(
     snapshot: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    findings, plan, facts = diagnose_with_plan(environ=B0_ENV, root=snapshot)
+    findings, plan, facts = diagnose_with_plan(environ=B0_ENV, root=snapshot, ask_nccl=True)
     assert main(["show", "--json", "--root", str(snapshot)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert facts.config is not None

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusterenv._jsonable import to_jsonable
 from clusterenv.cli import main
 from clusterenv.findings import Finding
 from clusterenv.nccl.lint import IB_SETTING_RANGES, ib_setting_problem
@@ -465,5 +464,5 @@ def test_decorated_and_long_lines_never_crash(text: str) -> None:
         assert 0 <= log.lines_matched <= log.lines_read
         assert all(len(m.text) <= MAX_LINE for m in (*log.warnings, *log.errors, *log.notices))
         findings = nccl_log_findings(log, management_interfaces=["eth0"], expect_rdma=True)
-        json.dumps(to_jsonable(log))
-        json.dumps(to_jsonable(findings))
+        json.dumps(log.to_dict())
+        json.dumps([f.to_dict() for f in findings])
