@@ -192,7 +192,8 @@ def test_a_node_that_reconnects_is_counted_once() -> None:
             time.sleep(0.2)
         again = nodes(port, [fingerprint(1)])[0]
         time.sleep(0.5)  # rank 2 is still missing: the primary is collecting
-        got = [again.result(15), nodes(port, [fingerprint(2)])[0].result(15)]
+        last = nodes(port, [fingerprint(2)])[0]
+        got = [again.result(15), last.result(15)]
     result = verdict.result()
     assert got == [result, result] and result.exit_code == 0, result.problems
     assert result.reported == 3
