@@ -3,6 +3,7 @@ RoCE GIDs that cannot reach other nodes, on host snapshots rebuilt from real cap
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -10,9 +11,11 @@ import pytest
 
 from clusterenv import doctor, plan_nccl_env
 from clusterenv.findings import Finding
+from clusterenv.preflight import Fingerprint, collect_fingerprint, compare
 from clusterenv.testing import port
 from tests.nccl_hosts import B0_ENV, b0, roce_gids
 from tests.profiles import PROFILES
+from tests.test_preflight import entries
 
 ENV = {"MASTER_ADDR": "10.0.0.1", "NUM_NODES": "2", "NUM_TRAINERS": "8"}
 GID_UNREACHABLE = {"ib-gid-link-local", "ib-gid-missing", "ib-gid-roce-v1"}
@@ -238,3 +241,59 @@ def test_management_port_that_is_down_is_not_reported(tmp_path: Path) -> None:
                                     gids=roce_gids("10.65.0.2", "ens1")))
     host.rdma_device("mlx5_1", port(state="DOWN", link_layer="Ethernet", netdev="eth0"))
     assert not of(doctor(environ=B0_ENV, root=tmp_path), *PORT_STATES)
+
+
+# -- preflight: the same facts compared across nodes -----------------------------------------
+
+
+def _fingerprint(root: Path, rank: int, version: str = "2.23.4", **extra: str) -> Fingerprint:
+    env = {"PRIMARY_ADDR": "10.0.0.1", "NODE_RANK": str(rank), "NUM_NODES": "3",
+           "NUM_TRAINERS": "8", "NCCL_VERSION": version, **extra}
+    return collect_fingerprint(environ=env, root=root)
+
+
+def test_fingerprint_carries_the_kind_of_gid_nccl_uses(tmp_path: Path) -> None:
+    ionic = PROFILES["ionic-ipv6-only"].build(tmp_path)
+    assert _fingerprint(ionic, 1).rdma.gids == ("RoCE v2 IPv6 link-local",)
+    assert _fingerprint(ionic, 1, NCCL_IB_ADDR_FAMILY="AF_INET6").rdma.gids == ("RoCE v2 IPv6",)
+    ipv4 = PROFILES["roce-show-gids-mlx5_0"].build(tmp_path)
+    assert _fingerprint(ipv4, 1).rdma.gids == ("RoCE v2 IPv4",)
+    # Before 2.21 NCCL uses index 0 unless told otherwise.
+    assert _fingerprint(ipv4, 1, "2.19.3").rdma.gids == ("RoCE v1 IPv6 link-local",)
+    assert _fingerprint(ipv4, 1, "2.19.3", NCCL_IB_GID_INDEX="3").rdma.gids == ("RoCE v2 IPv4",)
+    ib = PROFILES["azure-a100-ibstatus"].build(tmp_path)
+    assert _fingerprint(ib, 1).rdma.gids == ()  # InfiniBand: no RoCE GID to compare
+    wire = json.loads(json.dumps(_fingerprint(ionic, 1).to_wire()))
+    assert Fingerprint.from_wire(wire).rdma.gids == ("RoCE v2 IPv6 link-local",)
+
+
+def test_preflight_names_the_node_on_a_link_local_gid(tmp_path: Path) -> None:
+    good = PROFILES["roce-show-gids-mlx5_0"].build(tmp_path)
+    ionic = PROFILES["ionic-ipv6-only"].build(tmp_path)
+    fps = [_fingerprint(good, 0), _fingerprint(good, 1), _fingerprint(ionic, 2)]
+    problems = [p for p in compare(entries(*fps), expected_nodes=3)
+                if p.code == "preflight-gid-differs"]
+    assert len(problems) == 1 and problems[0].severity == "error"
+    assert problems[0].title == (
+        "kind of RoCE GID NCCL uses differs: rank 2 (10.65.0.4) has RoCE v2 IPv6 link-local, "
+        "2 nodes have RoCE v2 IPv4")
+    assert [ref.rank for ref in problems[0].nodes] == [2]
+    same = [_fingerprint(good, r) for r in range(3)]
+    assert not [p for p in compare(entries(*same), expected_nodes=3)
+                if p.code == "preflight-gid-differs"]
+
+
+def test_preflight_names_the_port_in_init_on_the_node_left_on_sockets(tmp_path: Path) -> None:
+    ib = PROFILES["azure-a100-ibstatus"].build(tmp_path)
+    pod = PROFILES["k8s-ib-vf-init"].build(tmp_path)
+    fp = _fingerprint(pod, 2)
+    assert fp.rdma.transport is None
+    assert fp.rdma.inactive == (
+        "mlx5_1 port 1 INIT (LinkUp): the link is up but no subnet manager has configured the "
+        "port (no SM on the fabric, or the SM does not serve this port or virtual function)",)
+    problems = compare(entries(_fingerprint(ib, 0), _fingerprint(ib, 1), fp), expected_nodes=3)
+    (transport,) = [p for p in problems if p.code == "preflight-transport-differs"]
+    assert transport.severity == "error"
+    assert "rank 2 (10.65.0.4) has none (TCP sockets)" in transport.title
+    assert f"rank 2 (10.65.0.4): {fp.rdma.inactive[0]}" in transport.evidence
+    assert "subnet manager" in transport.fix

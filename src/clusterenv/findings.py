@@ -365,6 +365,9 @@ CODES: dict[str, CodeInfo] = {
     "preflight-rdma-rate-differs": CodeInfo(
         "preflight", "warning", "RDMA port rates differ between nodes"
     ),
+    "preflight-gid-differs": CodeInfo(
+        "preflight", "error", "Nodes use different kinds of RoCE GID"
+    ),
     "preflight-gpu-count": CodeInfo(
         "preflight", "error", "A node sees fewer or more GPUs than NUM_TRAINERS"
     ),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from clusterenv._addresses import parse_ip
 from clusterenv.findings import Finding, Severity
@@ -232,19 +232,22 @@ def _show_rates(rates: tuple[float, ...]) -> str:
     return "[" + ", ".join(f"{r:g}" for r in rates) + "] Gb/s" if rates else "no ports"
 
 
-def _rdma_problems(entries: Sequence[_Entry]) -> list[Problem]:
-    def down(groups: Groups[int]) -> list[str]:
-        return [f"{e.ref}: {item}" for _, members in groups[1:] for e in members
-                for item in e.fp.rdma.inactive[:4]]
+def _down(groups: Groups[Any]) -> list[str]:
+    """The ports that are not ACTIVE on the nodes outside the reference group."""
+    return [f"{e.ref}: {item}" for _, members in groups[1:] for e in members
+            for item in e.fp.rdma.inactive[:4]]
 
+
+def _rdma_problems(entries: Sequence[_Entry]) -> list[Problem]:
     transport = _differ(
         entries, lambda fp: fp.rdma.transport, what="RDMA transport", show=_show_transport,
-        code="preflight-transport-differs",
-        fix="make RDMA usable on every node or on none (devices, /dev/infiniband, drivers): "
-        "NCCL hangs at init when nodes pick different transports",
+        code="preflight-transport-differs", more=_down,
+        fix="make RDMA usable on every node or on none (devices, /dev/infiniband, drivers; a "
+        "port in INIT needs a subnet manager, a port DOWN its cable or switch port, see "
+        "`clusterenv doctor` there): NCCL hangs at init when nodes pick different transports",
     )
     ports = _differ(
-        entries, lambda fp: fp.rdma.ports, what="number of usable RDMA ports", more=down,
+        entries, lambda fp: fp.rdma.ports, what="number of usable RDMA ports", more=_down,
         code="preflight-rdma-ports-differ",
         fix="bring every RDMA port up (`ibstat`), or exclude the same ports everywhere with "
         "NCCL_IB_HCA",
@@ -254,7 +257,15 @@ def _rdma_problems(entries: Sequence[_Entry]) -> list[Problem]:
         code="preflight-rdma-rate-differs",
         fix="check the slow ports' links (`ibstat`): the slowest port sets the pace for all",
     )
-    return [p for p in (transport, ports, rates) if p is not None]
+    roce = [e for e in entries if e.fp.rdma.gids]
+    gids = None if transport else _differ(
+        roce, lambda fp: fp.rdma.gids, what="kind of RoCE GID NCCL uses",
+        show=" + ".join, code="preflight-gid-differs",
+        fix="run `clusterenv doctor` on the odd node: it names the GID NCCL will use and the "
+        "setting that fixes it (NCCL_IB_ADDR_FAMILY, NCCL_IB_GID_INDEX, or an IPv4 address on "
+        "the RoCE interface); a node on a link-local or RoCE v1 GID cannot reach the others",
+    )
+    return [p for p in (transport, ports, rates, gids) if p is not None]
 
 
 def _gpu_problems(entries: Sequence[_Entry]) -> list[Problem]:

@@ -83,7 +83,11 @@ class RdmaSummary:
         devices: Usable devices, e.g. ``("mlx5_0", "mlx5_1")``.
         ports: Number of usable ACTIVE ports, e.g. ``8``.
         rates_gbps: Rates of those ports, sorted, e.g. ``(400.0, 400.0)``.
-        inactive: Ports of RDMA devices that are not ACTIVE, e.g. ``("mlx5_3 port 1 DOWN",)``.
+        inactive: Ports of RDMA devices that are not ACTIVE, with the physical state and the
+            likely cause, e.g. ``("mlx5_3 port 1 DOWN (Polling): no link partner: …",)``.
+        gids: The kinds of GID NCCL will use on the RoCE ports ``NCCL_IB_HCA`` lists, e.g.
+            ``("RoCE v2 IPv4",)``; ``("RoCE v2 IPv6 link-local",)`` on a node that cannot reach
+            the others; empty without RoCE.
     """
 
     transport: str | None = None
@@ -91,6 +95,7 @@ class RdmaSummary:
     ports: int = 0
     rates_gbps: tuple[float, ...] = ()
     inactive: tuple[str, ...] = ()
+    gids: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data: the fields above."""
@@ -181,6 +186,7 @@ class Fingerprint:
                 ports=_int(rdma, "ports", "rdma.") or 0,
                 rates_gbps=_floats(rdma, "rates_gbps", "rdma."),
                 inactive=_texts(rdma, "inactive", "rdma."),
+                gids=_texts(rdma, "gids", "rdma."),
             ),
             gpus=_int(data, "gpus"),
             env=_strmap(data, "env", _MAX_ENV, _MAX_VALUE),
@@ -319,15 +325,44 @@ def _versions(facts: Facts) -> dict[str, str]:
     return versions
 
 
+def _gid_kinds(facts: Facts) -> tuple[str, ...]:
+    """The kinds of GID NCCL will use on the listed RoCE ports (with the version's rule)."""
+    from clusterenv.nccl.gid import choose_gid  # noqa: PLC0415  # only with RDMA devices
+    from clusterenv.nccl.hca import select_hcas  # noqa: PLC0415
+    from clusterenv.nccl.roce import settings_of, version_cases  # noqa: PLC0415
+
+    if not facts.rdma.devices:
+        return ()
+    cases = version_cases(facts)
+    version = cases[0].version if len(cases) == 1 else None  # unknown: 2.21 or later
+    settings = settings_of(facts)
+    kinds = {
+        choice.kind
+        for _, port in select_hcas(facts).selected
+        if (choice := choose_gid(port, version=version, settings=settings)) is not None
+    }
+    return tuple(sorted(kinds))
+
+
+def _inactive(facts: Facts) -> tuple[str, ...]:
+    """``"mlx5_3 port 1 DOWN (Polling): <cause>"`` for every port that is not ACTIVE."""
+    from clusterenv.diagnosis.rdma import port_state_cause  # noqa: PLC0415
+
+    out = []
+    for device in facts.rdma.devices:
+        for port in device.ports:
+            if not port.active:
+                text = f"{device.name} port {port.number} {port.state} ({port.phys_state})"
+                if port.state in ("INIT", "DOWN", "ARMED"):
+                    text += f": {port_state_cause(device, port)[0]}"
+                out.append(text[:_MAX_TEXT])
+    return tuple(out)
+
+
 def _rdma_summary(facts: Facts) -> RdmaSummary:
     info = facts.rdma
     ports = info.usable_ports
-    inactive = tuple(
-        f"{device.name} port {port.number} {port.state}"
-        for device in info.devices
-        for port in device.ports
-        if not port.active
-    )
+    inactive = _inactive(facts)
     return RdmaSummary(
         transport=info.transport,
         devices=tuple(d.name for d in info.usable_devices)[:_MAX_ITEMS],
@@ -336,6 +371,7 @@ def _rdma_summary(facts: Facts) -> RdmaSummary:
             :_MAX_ITEMS
         ],
         inactive=inactive[:_MAX_ITEMS],
+        gids=_gid_kinds(facts)[:_MAX_ITEMS],
     )
 
 
