@@ -239,6 +239,19 @@ def test_a_failed_connection_to_a_172_peer_is_evidence() -> None:
     assert "connections to 172.16.0.0/12 peers failed: 172.17.0.3" in finding.evidence
 
 
+def test_a_runpod_source_makes_eth0_an_error(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLUSTERENV_SOURCE", raising=False)
+    assert main(["nccl-log", str(DOCKER)]) == 0  # info only
+    capsys.readouterr()
+    assert main(["nccl-log", "--source", "runpod", "--json", str(DOCKER)]) == 1
+    cause = json.loads(capsys.readouterr().out)["cause"]
+    assert cause["code"] == "log-bootstrap-management"
+    assert "a management interface" in cause["title"]
+    monkeypatch.setenv("CLUSTERENV_SOURCE", "runpod")
+    assert main(["nccl-log", str(DOCKER)]) == 1
+
+
 def test_knowing_the_layout_makes_172_an_error() -> None:
     log = read_nccl_log(DOCKER)
     known = only(nccl_log_findings(log, management_interfaces=["eth0"]), "log-bootstrap-management")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
-from clusterenv._cli._common import add_json, emit_json, render_findings, table
+from clusterenv._cli._common import add_json, add_source, emit_json, render_findings, table
 from clusterenv.nccl_log import NcclLog, NetPlugin, RankInfo, nccl_log_findings, read_nccl_log
 
 _MAX_ROWS = 64
@@ -14,7 +15,7 @@ _MAX_ROWS = 64
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``FILE``, ``--json``, ``--strict``, ``--management-interface``, ``--cluster-interface``,
-    ``--expect-rdma``."""
+    ``--expect-rdma``, ``--source``."""
     parser.add_argument(
         "file", metavar="FILE", help="the log (plain or .gz); '-' reads standard input"
     )
@@ -43,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the nodes have InfiniBand/RoCE NICs: a socket transport is a fallback, an error",
     )
+    add_source(parser)
 
 
 def _names(values: list[str]) -> list[str]:
@@ -57,9 +59,16 @@ def run(args: argparse.Namespace) -> int:
         raise DiscoveryError("standard input is closed: give the log's path, or pipe it in "
                              "(`… | clusterenv nccl-log -`)", path="-")
     log = read_nccl_log(sys.stdin.buffer if args.file == "-" else args.file)
+    management = _names(args.management_interface)
+    # `--source runpod` (or CLUSTERENV_SOURCE=runpod) says the log comes from a Runpod cluster,
+    # whose eth0 is management only: NCCL sockets there are then errors, not guesses
+    if (args.source or os.environ.get("CLUSTERENV_SOURCE", "")).strip().lower() == "runpod":
+        from clusterenv.sources.runpod import MANAGEMENT_INTERFACES
+
+        management += [name for name in MANAGEMENT_INTERFACES if name not in management]
     findings = nccl_log_findings(
         log,
-        management_interfaces=_names(args.management_interface),
+        management_interfaces=management,
         cluster_interfaces=_names(args.cluster_interface),
         expect_rdma=args.expect_rdma,
     )
