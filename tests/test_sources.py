@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clusterenv import ClusterConfig, ConfigError
 from clusterenv.cli import main
@@ -291,3 +293,57 @@ def test_an_unknown_source_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
         main(["show", "--source", "slurmm"])
     assert info.value.code == 2
     assert "invalid choice: 'slurmm'" in capsys.readouterr().err
+
+
+# -- property: any environment, any source: a config or a ConfigError, nothing else ------------
+
+ALL_NAMES = sorted({
+    *DEEPSPEED, *RAY, *AZUREML, *UNEVEN_TORCHRUN_NODE1, *LIGHTNING_RUNPOD, "CLUSTERENV_SOURCE",
+    "AZ_BATCH_HOST_LIST", "LOCAL_WORLD_SIZE", "NUM_NODES",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+    "MPI_LOCALNRANKID", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
+    "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
+    "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_NNODES", "SLURM_STEP_NUM_NODES",
+    "SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST", "SLURM_GPUS_ON_NODE",
+    "SKYPILOT_NODE_RANK", "SKYPILOT_NODE_IPS", "SKYPILOT_NUM_NODES",
+    "SKYPILOT_NUM_GPUS_PER_NODE", "DSTACK_NODE_RANK", "DSTACK_NODES_NUM",
+    "DSTACK_MASTER_NODE_IP", "DSTACK_NODES_IPS", "DSTACK_GPUS_PER_NODE", "DSTACK_GPUS_NUM",
+    "KUBERNETES_SERVICE_HOST", "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK",
+    "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_RDZV_ENDPOINT", "JOB_COMPLETION_INDEX",
+    "SM_HOSTS", "SM_CURRENT_HOST", "SM_NUM_GPUS", "SM_MASTER_ADDR", "SM_CURRENT_HOST_RANK",
+    "SM_HOST_COUNT", "SM_NPROC_PER_NODE", "CLUSTER_SPEC", "NPROC_PER_NODE",
+})
+ANY_VALUE = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from([
+        "0", "1", "2", "3", "8", "16", "29500", "-1", "9" * 30, "", " 1 ", "1:4", "2:2",
+        "auto", "gpu", "cpu", "127.0.0.1", "10.0.0.4", "fd00::2", "node-a", "10.0.0.4:29500",
+        "10.0.0.4\n10.0.0.5", "gpu-[01-02]", "rack[1-2]-n[1-2]", "n[0-999999999]", "8(x2)",
+        "2(x2),1", "8x2", '["algo-1","algo-2"]', "algo-2", "[]", "{}", "null",
+        '{"cluster": {"workerpool0": ["h:2222"]}, "task": {"type": "workerpool0", "index": 0}}',
+        *SOURCE_NAMES, "slurmm",
+    ]),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(st.one_of(st.sampled_from(ALL_NAMES), st.text(max_size=6)), ANY_VALUE),
+       st.one_of(st.none(), st.sampled_from(SOURCE_NAMES)))
+def test_any_environment_and_source_give_a_config_or_a_config_error(
+    env: dict[str, str], source: str | None
+) -> None:
+    check = check_config(env, source=source)
+    if check.config is None:
+        assert check.problems
+        with pytest.raises(ConfigError):
+            ClusterConfig.from_env(env, source=source)
+        return
+    cfg = check.config
+    assert cfg.world_size == cfg.num_nodes * cfg.num_trainers
+    assert 0 <= cfg.node_rank < cfg.num_nodes
+    if cfg.process is not None:
+        assert 0 <= cfg.process.rank < cfg.world_size
+        assert 0 <= cfg.process.local_rank < cfg.process.local_world_size == cfg.num_trainers
+        assert cfg.process.rank in cfg.global_ranks

@@ -14,12 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from clusterenv.sources._base import NodeFacts, Reading, Source
+from clusterenv.sources.cloud import PaiDlcSource, SageMakerSource, VertexSource
 from clusterenv.sources.deepspeed import DeepSpeedSource
+from clusterenv.sources.dstack import DstackSource
 from clusterenv.sources.generic import GenericSource
+from clusterenv.sources.kubeflow import KubeflowSource
 from clusterenv.sources.lightning import LightningSource
 from clusterenv.sources.local import LocalSource
 from clusterenv.sources.mpi import MpiSource
 from clusterenv.sources.runpod import RunpodSource
+from clusterenv.sources.skypilot import SkyPilotSource
 from clusterenv.sources.slurm import SlurmSource
 from clusterenv.sources.torchelastic import TorchElasticSource
 from clusterenv.sources.worker import AzureMLSource, RaySource, WorkerSource
@@ -60,8 +64,14 @@ SOURCES: tuple[Source, ...] = (
     MpiSource(),
     SlurmSource(),
     RunpodSource(),
+    SkyPilotSource(),
+    DstackSource(),
+    SageMakerSource(),
+    VertexSource(),
+    KubeflowSource(),
     GenericSource(),
     LocalSource(),
+    PaiDlcSource(),
 )
 #: The names accepted by ``ClusterConfig.from_env(source=...)`` and ``CLUSTERENV_SOURCE``.
 SOURCE_NAMES: tuple[str, ...] = tuple(s.name for s in SOURCES)
