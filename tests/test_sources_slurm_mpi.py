@@ -236,5 +236,8 @@ def test_a_dynamic_rendezvous_may_number_nodes_unlike_slurm() -> None:
 
 
 def test_skypilot_on_slurm_is_not_read_as_a_slurm_task() -> None:
-    env = {**SRUN_PER_NODE, "SKYPILOT_NODE_RANK": "1", "MASTER_ADDR": "10.0.0.4"}
-    assert ClusterConfig.from_env(env).source != "slurm"
+    # §7 trap 3: SkyPilot's generated code runs each node as one Slurm task.
+    env = {**SRUN_PER_NODE, "SKYPILOT_NODE_RANK": "1", "SKYPILOT_NUM_NODES": "2",
+           "SKYPILOT_NODE_IPS": "10.0.0.4\n10.0.0.5", "SKYPILOT_NUM_GPUS_PER_NODE": "8"}
+    cfg = ClusterConfig.from_env(env)
+    assert (cfg.source, cfg.primary_addr, cfg.node_addr) == ("skypilot", "10.0.0.4", "10.0.0.5")
