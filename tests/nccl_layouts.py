@@ -118,8 +118,9 @@ class Oracle:
         if proc.returncode != 0:
             raise RuntimeError(f"building {self.layout} failed: {proc.stderr.strip()}")
 
-    def ask(self, cases: Sequence[tuple[str | None, str | None]]) -> list[dict[str, Any]]:
-        """``[(NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY), ...]`` -> one result per case."""
+    def ask(self, cases: Sequence[Sequence[str | None]]) -> list[dict[str, Any]]:
+        """``[(NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY[, NCCL_COMM_ID]), ...]`` (None: unset) ->
+        one result per case."""
         assert self.proc is not None and self.proc.stdin and self.proc.stdout
         self.proc.stdin.write(json.dumps({"cases": list(cases)}) + "\n")
         self.proc.stdin.flush()
@@ -157,10 +158,13 @@ class Oracle:
 
 
 def disagreements(
-    cases: Sequence[tuple[str | None, str | None]], results: Sequence[dict[str, Any]]
+    cases: Sequence[Sequence[str | None]], results: Sequence[dict[str, Any]]
 ) -> Iterator[str]:
-    """One line per case where our prediction and NCCL differ (or NCCL gave no answer)."""
+    """One line per case where our prediction and NCCL differ (or NCCL gave no answer);
+    cases the model declares unpredictable (a host name in ``NCCL_COMM_ID``) are skipped."""
     for case, result in zip(cases, results, strict=True):
+        if result["unpredictable"] is not None:
+            continue
         if result["error"] is not None:
             yield f"{case}: NCCL gave no answer: {result['error']}"
         elif result["predicted"] != result["nccl"]:

@@ -15,6 +15,7 @@ reason, and under ``CI=true`` it fails.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -29,7 +30,7 @@ from tests.nccl_layouts import Iface, Layout, Oracle, disagreements
 
 pytestmark = pytest.mark.usefixtures("netns_required")
 
-Case = tuple[str | None, str | None]
+Case = tuple[str | None, str | None, str | None]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -121,9 +122,33 @@ def ifname_values(draw: st.DrawFn, layout: Layout) -> str | None:
 FAMILIES = st.sampled_from([None, None, None, None, "AF_INET", "AF_INET6", "af_inet6", "AF_INET "])
 
 
+def _neighbour(cidr: str) -> str:
+    """Another address in the subnet of ``cidr``, e.g. ``10.1.0.1/24`` -> ``10.1.0.200``."""
+    network = ipaddress.ip_interface(cidr).network
+    return str(network.network_address + min(200, network.num_addresses - 2))
+
+
+def comm_ids(layout: Layout) -> st.SearchStrategy[str | None]:
+    """Unset mostly; else an address in a subnet of the layout (any interface state), with or
+    without a port, IPv6 in brackets (link-local with or without the interface as scope),
+    loopback, an address in no subnet here, or a host name (not modelled: skipped)."""
+    pairs = [(i.name, a) for i in layout.interfaces for a in (*i.addresses, *i.labelled)]
+    options: list[str] = ["127.0.0.1:29500", "[::1]:29500", "10.250.0.1:29500", "localhost:29500"]
+    for name, cidr in pairs:
+        host = _neighbour(cidr)
+        if ":" in host:
+            options += [f"[{host}]:29500"]
+            if ipaddress.ip_address(host).is_link_local:
+                options += [f"[{host}%{name.split(':')[0]}]:29500"]
+        else:
+            options += [f"{host}:29500", host]
+    return st.one_of(st.none(), st.none(), st.none(), st.sampled_from(options))
+
+
 def cases(layout: Layout, size: int) -> st.SearchStrategy[list[Case]]:
-    """``size`` pairs of ``(NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY)``."""
-    return st.lists(st.tuples(ifname_values(layout), FAMILIES), min_size=size, max_size=size)
+    """``size`` triples of ``(NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY, NCCL_COMM_ID)``."""
+    return st.lists(st.tuples(ifname_values(layout), FAMILIES, comm_ids(layout)),
+                    min_size=size, max_size=size)
 
 
 def _check(oracle: Oracle, batch: list[Case]) -> list[dict[str, Any]]:
@@ -170,6 +195,13 @@ FIXED_LAYOUTS = {
     "ipv4-label": Layout((Iface("eth0", "ifb", True, ("172.20.0.5/16",), ("10.7.0.9/24",)),
                           Iface("ens1", "ifb", True, ("10.65.0.2/24", "10.65.0.3/24")),
                           Iface("ens2", "ifb", False, (), ("10.66.0.2/24",))), lo_up=False),
+    # NCCL_COMM_ID's subnet decides, whatever the interface's state.
+    "comm-id": Layout((Iface("eth0", "ifb", True, ("172.20.0.5/16", "fd00:1::5/64")),
+                       Iface("ens1", "ifb", True, ("10.65.0.2/24",)),
+                       Iface("ens2", "ifb", False, ("10.66.0.2/24",)),
+                       Iface("ens3", "veth", True, ("10.67.0.2/24",)),
+                       Iface("ens4", "ifb", True, ("10.65.0.7/16", "fe80::4/64")),
+                       Iface("ens5", "ifb", True, ("fd00:1::9/64",)))),
     "ipv6-only": Layout((Iface("ens1", "ifb", True, ("fe80::1/64",)),
                          Iface("ens10", "veth-carrier", True, ("fd00::10/64", "fe80::10/64")),
                          Iface("eth0", "veth", True, ("fd00::20/64",))), lo_up=True),
@@ -206,7 +238,7 @@ def test_fixed_layouts_agree_with_nccl(
 @given(data=st.data(), layout=layouts())
 def test_generated_layouts_agree_with_nccl(data: st.DataObject, layout: Layout) -> None:
     with Oracle(layout) as oracle:
-        _check(oracle, [(None, None), *data.draw(cases(layout, 15))])
+        _check(oracle, [(None, None, None), *data.draw(cases(layout, 15))])
 
 
 # The values the issue tried by hand on the runpod-like layout, and what NCCL 2.32.3 said.
@@ -222,7 +254,7 @@ HAND_TRIED = [
 @pytest.mark.parametrize(("value", "expected"), HAND_TRIED)
 def test_hand_tried_values(oracles: dict[str, Oracle], value: str | None,
                            expected: str | None) -> None:
-    [result] = _check(oracles["runpod-like"], [(value, None)])
+    [result] = _check(oracles["runpod-like"], [(value, None, None)])
     assert (result["nccl"] or [None])[0] == expected, result
 
 
@@ -240,5 +272,25 @@ LABEL_CASES = [
 def test_found_labelled_address_follows_its_interface(
     oracles: dict[str, Oracle], value: str | None, expected: str | None
 ) -> None:
-    [result] = _check(oracles["ipv4-label"], [(value, None)])
+    [result] = _check(oracles["ipv4-label"], [(value, None, None)])
+    assert (result["nccl"] or [None])[0] == expected, result
+
+
+# NCCL_COMM_ID, tried by hand against NCCL 2.32.3 while modelling it: the interface in the
+# subnet of its address bootstraps, even down or without carrier, and NCCL_SOCKET_IFNAME is
+# ignored; a link-local address needs its interface as scope.
+COMM_ID_CASES = [
+    (None, "10.65.0.9:29500", "ens1"), ("eth", "10.65.0.9:29500", "ens1"),
+    ("=ens4", "10.65.0.9", "ens1"), (None, "10.66.0.9:1", "ens2"), (None, "10.67.0.9:1", "ens3"),
+    (None, "10.65.3.3:1", "ens4"), (None, "10.99.0.1:1", None), (None, "[fd00:1::7]:1", "eth0"),
+    (None, "[fe80::7]:1", None), (None, "[fe80::7%ens4]:1", "ens4"), (None, "[::1]:1", "lo"),
+    (None, "127.0.0.1:1", "lo"),
+]
+
+
+@pytest.mark.parametrize(("ifname", "comm_id", "expected"), COMM_ID_CASES)
+def test_comm_id_subnet_decides(oracles: dict[str, Oracle], ifname: str | None, comm_id: str,
+                                expected: str | None) -> None:
+    [result] = _check(oracles["comm-id"], [(ifname, None, comm_id)])
+    assert result["unpredictable"] is None, result
     assert (result["nccl"] or [None])[0] == expected, result

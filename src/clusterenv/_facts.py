@@ -251,31 +251,34 @@ class Facts:
         return avoid
 
     @cached_property
-    def address_order(self) -> tuple[tuple[str, IPInterface], ...]:
-        """Every address NCCL's interface search considers, as ``(interface, address)`` in
-        ``getifaddrs`` order: the IPv4 addresses of every interface by interface index, then the
-        IPv6 ones; only interfaces that are up and running, never ``::1``. An address with a
-        label (``eth0:vip``) is listed under the label, as NCCL sees it."""
+    def getifaddrs_order(self) -> tuple[tuple[str, IPInterface, bool], ...]:
+        """Every address as ``getifaddrs`` lists it: ``(interface, address, running)``, the IPv4
+        addresses of every interface by interface index, then the IPv6 ones. ``running``: the
+        interface is up and has carrier. An address with a label (``eth0:vip``) is listed under
+        the label, right after the addresses of its interface, and shares its state."""
 
         def index(name: str) -> int:
             text = self.root.read(f"sys/class/net/{name}/ifindex") or ""
             return int(text) if text.isdigit() and len(text) < 10 else 1 << 31
 
-        # An IPv4 address with a label ("eth0:vip") is listed under the label, right after the
-        # addresses of its interface, and shares that interface's state.
         interfaces = {i.name: i for i in self.network}
 
-        def owner(name: str) -> Interface | None:
-            return interfaces.get(name.split(":", 1)[0])
+        def owner(i: Interface) -> Interface:
+            return interfaces.get(i.name.split(":", 1)[0]) or i
 
-        def key(i: Interface) -> tuple[int, bool]:
-            parent = owner(i.name) or i
-            return index(parent.name), parent is not i
-
-        usable = sorted((i for i in self.network if (owner(i.name) or i).is_up), key=key)
-        v4 = [(i.name, a) for i in usable for a in i.ipv4]
-        v6 = [(i.name, a) for i in usable for a in i.ipv6 if a.ip != ipaddress.IPv6Address("::1")]
+        ordered = sorted(self.network, key=lambda i: (index(owner(i).name), owner(i) is not i))
+        v4 = [(i.name, a, owner(i).is_up) for i in ordered for a in i.ipv4]
+        v6 = [(i.name, a, owner(i).is_up) for i in ordered for a in i.ipv6]
         return (*v4, *v6)
+
+    @cached_property
+    def address_order(self) -> tuple[tuple[str, IPInterface], ...]:
+        """Every address NCCL's interface search considers, as ``(interface, address)`` in
+        ``getifaddrs`` order (:attr:`getifaddrs_order`): only interfaces that are up and
+        running, never ``::1``."""
+        loopback = ipaddress.IPv6Address("::1")
+        return tuple((n, a) for n, a, running in self.getifaddrs_order
+                     if running and a.ip != loopback)
 
     @cached_property
     def kernel_order(self) -> tuple[str, ...]:

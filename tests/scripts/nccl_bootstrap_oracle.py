@@ -1,10 +1,11 @@
 """Run inside a network namespace: our prediction of NCCL's bootstrap interface beside NCCL's own.
 
 Detects the namespace's interfaces once, then answers requests until stdin closes. Each request
-is one JSON line ``{"cases": [[NCCL_SOCKET_IFNAME or null, NCCL_SOCKET_FAMILY or null], ...]}``;
-the answer is one JSON line ``{"results": [{"predicted": [name, address] | null, "nccl":
-[name, address] | null, "error": text | null, "by": "nccl 2.32.3"}, ...]}``, one per case, with
-NCCL asked for all of them in one probe (one subprocess).
+is one JSON line ``{"cases": [[NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY, NCCL_COMM_ID], ...]}``
+(null: unset); the answer is one JSON line ``{"results": [{"predicted": [name, address] | null,
+"unpredictable": reason | null, "nccl": [name, address] | null, "error": text | null, "by":
+"nccl 2.32.3"}, ...]}``, one per case, with NCCL asked for all of them in one probe (one
+subprocess).
 
 Usage: ``ip netns exec NS python nccl_bootstrap_oracle.py``.
 """
@@ -18,11 +19,11 @@ import sys
 from clusterenv._facts import Facts
 from clusterenv._root import Root
 from clusterenv.host import HostFacts
-from clusterenv.nccl.interface import predict_bootstrap
+from clusterenv.nccl.interface import bootstrap_unpredictable, predict_bootstrap
 from clusterenv.nccl.probe import ask_nccl, find_nccl_library
 from clusterenv.network import NetworkInterfaces
 
-_VARIABLES = ("NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY")
+_VARIABLES = ("NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_COMM_ID")
 
 
 def main() -> int:
@@ -40,7 +41,7 @@ def main() -> int:
         environs = []
         for case in cases:
             env = dict(base)
-            env.update((k, v) for k, v in zip(_VARIABLES, case, strict=True) if v is not None)
+            env.update((k, v) for k, v in zip(_VARIABLES, case, strict=False) if v is not None)
             environs.append(env)
         answers = ask_nccl(environs, library, timeout=60)
         results = []
@@ -48,9 +49,11 @@ def main() -> int:
             version = ".".join(map(str, answer.version)) if answer.version else None
             facts = Facts(environ=env, root=root, network=network, host=host,
                           nccl_version=version)
-            predicted = predict_bootstrap(facts)
+            unpredictable = bootstrap_unpredictable(facts)
+            predicted = None if unpredictable else predict_bootstrap(facts)
             results.append({
                 "predicted": list(predicted) if predicted else None,
+                "unpredictable": unpredictable,
                 "nccl": [answer.interface, answer.address] if answer.interface else None,
                 "error": answer.error,
                 "by": answer.by,

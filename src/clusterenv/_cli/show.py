@@ -143,7 +143,7 @@ def _choice_json(choice: BootstrapChoice) -> dict[str, Any]:
         "address": choice.address,
         "by": choice.by,
         "predicted": {"interface": choice.predicted_interface,
-                      "address": choice.predicted_address},
+                      "address": choice.predicted_address} if choice.predicted else None,
         "note": choice.note or None,
     }
 

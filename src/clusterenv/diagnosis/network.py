@@ -16,8 +16,10 @@ from clusterenv._facts import Facts
 from clusterenv._resolve import Resolution
 from clusterenv.findings import Finding, Severity
 from clusterenv.nccl.interface import (
+    bootstrap_unpredictable,
     nccl_default_choice,
     planned_socket_ifname,
+    predict_bootstrap,
     usable_cluster_interface,
 )
 from clusterenv.sources import runpod
@@ -37,9 +39,16 @@ def _socket_unset(facts: Facts) -> list[Finding]:
         return []
     chosen = nccl_default_choice(facts)
     asked = facts.bootstrap.current if facts.bootstrap is not None else None
+    bootstrap: str | None = chosen[0] if chosen else None
     if asked is not None and asked.asked:  # NCCL's own answer wins over our model
-        chosen = (asked.interface, *(n for n in chosen if n != asked.interface)) \
-            if asked.interface else ()
+        bootstrap = asked.interface
+    elif facts.user_value("NCCL_COMM_ID") is not None:  # NCCL bootstraps in its subnet
+        if bootstrap_unpredictable(facts):
+            return []
+        predicted = predict_bootstrap(facts)
+        bootstrap = predicted[0] if predicted else None
+    if bootstrap != (chosen[0] if chosen else None):
+        chosen = (bootstrap, *(n for n in chosen if n != bootstrap)) if bootstrap else ()
     cluster = facts.cluster_interface
     cluster_name = cluster.name if cluster is not None else None
 

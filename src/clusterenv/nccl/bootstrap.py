@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING
 from clusterenv._facts import Facts
 from clusterenv._root import Root
 from clusterenv.findings import Finding, Severity
-from clusterenv.nccl.interface import predict_bootstrap, usable_cluster_interface
+from clusterenv.nccl.interface import (
+    bootstrap_unpredictable,
+    predict_bootstrap,
+    usable_cluster_interface,
+)
 from clusterenv.nccl.probe import (
     LibrarySearch,
     NcclAnswer,
@@ -60,6 +64,8 @@ class BootstrapChoice:
             interface in the subnet of its address, whatever ``NCCL_SOCKET_IFNAME`` says.
         note: Why NCCL was not asked or did not answer, e.g. ``"no libnccl.so.2 in ..."``;
             empty when it answered.
+        unpredictable: Why our model made no prediction (``NCCL_COMM_ID`` names a host);
+            empty when it did.
         log: NCCL's ``Bootstrap`` / ``WARN`` lines behind the answer.
     """
 
@@ -71,6 +77,7 @@ class BootstrapChoice:
     ifname: str | None = None
     comm_id: str | None = None
     note: str = ""
+    unpredictable: str = ""
     log: tuple[str, ...] = ()
 
     @property
@@ -79,9 +86,14 @@ class BootstrapChoice:
         return self.by != PREDICTION
 
     @property
+    def predicted(self) -> bool:
+        """Our model made a prediction (see ``unpredictable``)."""
+        return not self.unpredictable
+
+    @property
     def disagrees(self) -> bool:
         """NCCL answered something other than our prediction."""
-        return self.asked and (self.interface, self.address) != (
+        return self.asked and self.predicted and (self.interface, self.address) != (
             self.predicted_interface, self.predicted_address)
 
     def describe(self) -> str:
@@ -113,7 +125,8 @@ class NcclBootstrap:
 def choose(facts: Facts, answer: NcclAnswer | None, note: str) -> BootstrapChoice:
     """NCCL's answer beside our prediction under ``facts.environ``; the prediction alone (with
     ``note`` or the answer's error saying why) when NCCL did not answer."""
-    predicted = predict_bootstrap(facts)
+    unpredictable = bootstrap_unpredictable(facts) or ""
+    predicted = None if unpredictable else predict_bootstrap(facts)
     p_name, p_address = predicted if predicted is not None else (None, None)
     found = facts.user_value("NCCL_SOCKET_IFNAME")
     ifname = found[0] if found is not None else None
@@ -122,11 +135,13 @@ def choose(facts: Facts, answer: NcclAnswer | None, note: str) -> BootstrapChoic
     if answer is not None and answer.answered:
         lines = tuple(line.strip() for line in answer.log if "Bootstrap" in line)
         return BootstrapChoice(answer.interface, answer.address, answer.by, p_name, p_address,
-                               ifname, comm_id, "", lines)
+                               ifname, comm_id, "", unpredictable, lines)
     if answer is not None and answer.error:
         note = f"NCCL did not answer: {answer.error}"
+    if unpredictable:
+        note = f"no prediction: {unpredictable}; {note}"
     return BootstrapChoice(p_name, p_address, PREDICTION, p_name, p_address, ifname, comm_id,
-                           note)
+                           note, unpredictable)
 
 
 def ask_one(

@@ -10,6 +10,7 @@ matched; elsewhere the same rules run on evidence alone.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import TYPE_CHECKING
 
 from clusterenv._facts import Facts, Proposal, with_origin
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SOCKET_FAMILIES",
+    "bootstrap_unpredictable",
+    "comm_id_address",
     "nccl_default_choice",
     "planned_socket_ifname",
     "predict_bootstrap",
@@ -77,18 +80,78 @@ def nccl_address_text(name: str, ip: IPAddress) -> str:
     return str(ip)
 
 
+def comm_id_address(value: str) -> tuple[IPAddress, str | None] | None:
+    """The IP address of an ``NCCL_COMM_ID`` value and the scope of a link-local IPv6 one.
+
+    Example: ``"10.65.0.2:29600"`` and ``"10.65.0.2"`` give ``(IPv4Address("10.65.0.2"), None)``;
+    ``"[fe80::1%ens1]:29600"`` gives ``(IPv6Address("fe80::1"), "ens1")``. A host name, or
+    anything that is no address, gives None.
+    """
+    if value.startswith("["):
+        host, bracket, _ = value[1:].partition("]")
+        if not bracket:
+            return None
+    elif value.count(":") <= 1:
+        host = value.split(":", 1)[0]
+    else:
+        return None
+    address, _, scope = host.partition("%")
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    return ip, scope or None
+
+
+def bootstrap_unpredictable(facts: Facts) -> str | None:
+    """Why our model cannot predict NCCL's bootstrap interface here, or None when it can.
+
+    ``NCCL_COMM_ID`` naming a host: NCCL resolves it and bootstraps in the subnet of the
+    result; the model does not resolve names (no DNS from a check).
+    """
+    comm = facts.user_value("NCCL_COMM_ID")
+    if comm is not None and comm_id_address(comm[0]) is None:
+        return (f"NCCL_COMM_ID={comm[0]!r} is not an IP address and clusterenv does not resolve "
+                "host names")
+    return None
+
+
+def _comm_id_choice(facts: Facts, value: str) -> tuple[str, str] | None:
+    # ncclFindInterfaceMatchSubnet: the first address in getifaddrs order, up or not, of the
+    # same family whose subnet holds the address; a link-local IPv6 address also needs the
+    # same scope (interface).
+    parsed = comm_id_address(value)
+    if parsed is None:
+        return None
+    ip, scope = parsed
+    for name, address, _running in facts.getifaddrs_order:
+        if address.version != ip.version or ip not in address.network:
+            continue
+        local_scope = name if address.version == 6 and address.ip.is_link_local else None
+        if local_scope == scope:
+            return name, nccl_address_text(name, address.ip)
+    return None
+
+
 def predict_bootstrap(facts: Facts) -> tuple[str, str] | None:
     """The interface and address NCCL bootstraps on under ``facts.environ``, by our model.
 
-    The model of NCCL's ``ncclFindInterfaces`` with one interface wanted: walk the addresses in
-    ``getifaddrs`` order (:attr:`Facts.address_order`), keep those of ``NCCL_SOCKET_FAMILY`` when
-    it is ``AF_INET`` or ``AF_INET6``, and take the first one whose interface the filter of
-    ``NCCL_SOCKET_IFNAME`` selects; unset (or one character), the first that NCCL's default
-    steps select (:func:`~clusterenv.filters.nccl_default_interfaces`).
+    With ``NCCL_COMM_ID`` set to an IP address, NCCL takes the first address (in ``getifaddrs``
+    order, whether the interface is up or not) in the same subnet, whatever
+    ``NCCL_SOCKET_IFNAME`` says. Otherwise the model of NCCL's ``ncclFindInterfaces`` with one
+    interface wanted: walk the addresses in ``getifaddrs`` order (:attr:`Facts.address_order`),
+    keep those of ``NCCL_SOCKET_FAMILY`` when it is ``AF_INET`` or ``AF_INET6``, and take the
+    first one whose interface the filter of ``NCCL_SOCKET_IFNAME`` selects; unset (or one
+    character), the first that NCCL's default steps select
+    (:func:`~clusterenv.filters.nccl_default_interfaces`). Check
+    :func:`bootstrap_unpredictable` first: a host name in ``NCCL_COMM_ID`` is not modelled.
 
     Returns:
         ``("ens1", "10.65.0.2")``, or None when NCCL selects nothing (and fails).
     """
+    comm = facts.user_value("NCCL_COMM_ID")
+    if comm is not None:
+        return _comm_id_choice(facts, comm[0])
     family_value = facts.user_value("NCCL_SOCKET_FAMILY")
     family = SOCKET_FAMILIES.get(family_value[0]) if family_value else None
     entries = [(n, a.ip) for n, a in facts.address_order if family in (None, a.version)]

@@ -55,7 +55,9 @@ _MARKER = "@@clusterenv-nccl-probe"
 #: changes; NCCL_DEBUG_FILE is removed for the same reason.
 _DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,BOOTSTRAP,ENV,NET"}
 _BOOTSTRAP = re.compile(r"NCCL INFO Bootstrap ?: Using (\S+)<(\d+)>")
-_NOTHING = re.compile(r"NCCL WARN Bootstrap ?: no socket interface found")
+# Nothing selected: by NCCL_SOCKET_IFNAME and the defaults, or (NCCL_COMM_ID) no subnet matches.
+_NOTHING = re.compile(r"NCCL WARN (?:Bootstrap ?: no socket interface found|"
+                      r"NET/Socket ?: No usable listening interface found)")
 _WARN = re.compile(r"NCCL WARN (.*)")
 
 
