@@ -8,12 +8,15 @@ the rules per release).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from ipaddress import IPv6Address
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from clusterenv.nccl.gid import GidSettings, _strtoll, choose_gid
-from clusterenv.rdma import RdmaInfo, RdmaPort
+from clusterenv.nccl.gid import GidSettings, _strtoll, choose_gid, gid_family
+from clusterenv.rdma import Gid, RdmaInfo, RdmaPort
 from clusterenv.testing import GidSpec, HostBuilder, gid, port
 
 LL = "fe80::a288:c2ff:fe03:1"
@@ -161,3 +164,46 @@ def test_rule_says_why(tmp_path: Path) -> None:
 )
 def test_integer_parameters_read_like_strtoll(text: str, value: int | None) -> None:
     assert _strtoll(text) == value
+
+
+# -- the walk against the rule the references state ------------------------------------------
+
+_POOL = (LL, LL2, ULA, GLOBAL, "::ffff:10.0.0.1", "::ffff:10.99.0.1")
+_TYPES = ("IB/RoCE v1", "RoCE v2", None)
+
+
+@st.composite
+def _tables(draw: st.DrawFn) -> tuple[Gid, ...]:
+    slots = draw(st.lists(st.tuples(st.sampled_from(_POOL), st.sampled_from(_TYPES)),
+                          max_size=10))
+    holes = draw(st.sets(st.integers(0, 9)))
+    return tuple(Gid(i, IPv6Address(address), kind, "ens1")
+                 for i, (address, kind) in enumerate(slots) if i not in holes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(gids=_tables(), family=st.sampled_from(["AF_INET", "AF_INET6"]),
+       roce=st.sampled_from([1, 2]))
+def test_walk_ends_on_the_lowest_valid_gid_of_the_wanted_kind(
+    gids: tuple[Gid, ...], family: str, roce: int
+) -> None:
+    """The references' net effect of ncclIbGetGidIndex: the lowest valid GID of the wanted family
+    and RoCE version, when there is one; otherwise never such a GID (index 0, or whatever the
+    family switch reached)."""
+    found = RdmaPort(1, "ACTIVE", "LinkUp", 400.0, "Ethernet", "ens1", gids, 16)
+    environ = {"NCCL_IB_ADDR_FAMILY": family, "NCCL_IB_ROCE_VERSION_NUM": str(roce)}
+    choice = choose_gid(found, settings=GidSettings.from_mapping(environ))
+    assert choice is not None
+    wanted = [g.index for g in gids
+              if gid_family(g.address) == family and not g.is_link_local
+              and g.roce_version == roce]
+    if wanted:
+        assert choice.index == min(wanted)
+        assert choice.reaches_peers is (roce == 2)
+    else:
+        # Index 0, or where the family switch landed: a GID of the wanted family, or for
+        # AF_INET6 an empty slot (the all-zero GID counts as IPv6).
+        landed = choice.gid.address if choice.gid is not None else IPv6Address(0)
+        assert choice.index == 0 or gid_family(landed) == family
+        if roce == 2:
+            assert choice.reaches_peers is not True

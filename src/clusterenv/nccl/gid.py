@@ -51,6 +51,7 @@ GID_VARIABLES = (
 )
 
 Family = Literal["AF_INET", "AF_INET6"]
+_Slot = tuple[Family, bool, int, bool]
 #: Why a chosen GID cannot carry traffic to another node, or None when it can.
 Problem = Literal["missing", "link-local", "roce-v1", "unknown-type"]
 
@@ -330,8 +331,12 @@ def choose_gid(
     )
     if fits:
         rule = f"the lowest valid {wanted}"
+    elif index == 0:
+        rule = f"no valid {wanted}: NCCL stays on index 0"
     else:
-        rule = f"no valid {wanted}: NCCL stays on index {index}"
+        rule = (f"no valid {wanted}: NCCL ends on index {index}, the first "
+                f"{'IPv4' if settings.family == 'AF_INET' else 'IPv6'} entry after a GID of the "
+                "other family")
     return GidChoice(index, chosen, rule)
 
 
@@ -341,32 +346,34 @@ def _walk(table: Mapping[int, Gid], table_len: int, settings: GidSettings) -> in
     ``AF_INET6``; a type that cannot be read never matches the wanted RoCE version (NCCL skips a
     GID whose ``gid_attrs/types/N`` read fails with EINVAL)."""
     size = max(table_len, max(table, default=-1) + 1)
-    zero = ipaddress.IPv6Address(0)
     want = settings.family
-    in_range = settings.addr_range.matches if settings.addr_range is not None else None
+    matches = settings.addr_range.matches if settings.addr_range is not None else None
 
-    def address(i: int) -> ipaddress.IPv6Address:
-        entry = table.get(i)
-        return entry.address if entry is not None else zero
+    def facts(address: ipaddress.IPv6Address, gid_type: int) -> _Slot:
+        return (gid_family(address), _valid(address), gid_type,
+                matches(address) if matches is not None else True)
 
-    def roce(i: int) -> int:
-        entry = table.get(i)
-        version = entry.roce_version if entry is not None else None
-        return -1 if version is None else version
-
+    # (family, valid, RoCE version or -1 when unreadable, inside NCCL_IB_ADDR_RANGE) per slot;
+    # an empty slot is the all-zero GID.
+    slots = {
+        i: facts(g.address, g.roce_version if g.roce_version is not None else -1)
+        for i, g in table.items()
+    }
+    empty = facts(ipaddress.IPv6Address(0), -1)
     current = 0
+    cur = slots.get(0, empty)
     for candidate in range(1, size):
-        if candidate not in table and want == "AF_INET":
-            continue  # an empty slot is AF_INET6: never taken when IPv4 is wanted
-        cand = address(candidate)
-        cand_family = gid_family(cand)
-        matches = in_range(cand) if in_range is not None else True
-        if cand_family != gid_family(address(current)) and cand_family == want and matches:
-            current = candidate
+        cand = slots.get(candidate)
+        if cand is None:
+            if want == "AF_INET":
+                continue  # an empty slot is AF_INET6: never taken when IPv4 is wanted
+            cand = empty
+        family, valid, version, inside = cand
+        if family != cur[0] and family == want and inside:
+            current, cur = candidate, cand
             continue
-        if cand_family != want or not _valid(cand) or not matches:
+        if family != want or not valid or not inside:
             continue
-        if ((roce(current) != roce(candidate) or not _valid(address(current)))
-                and roce(candidate) == settings.roce_version):
-            current = candidate
+        if (cur[2] != version or not cur[1]) and version == settings.roce_version:
+            current, cur = candidate, cand
     return current
