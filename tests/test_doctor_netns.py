@@ -130,3 +130,21 @@ def test_a_silent_dns_server_costs_the_deadline_not_a_hang(sim_cluster: ClusterF
     (title,) = titles(data, "primary-name-unverified")
     assert "no answer within 2 s" in title, title
     assert data["code"] == 0, data  # unknown is a warning, never an error
+
+
+def test_launch_refuses_a_kept_management_interface(sim_cluster: ClusterFactory) -> None:
+    """``NCCL_SOCKET_IFNAME=eth0`` is the user's and kept: the job would hang, so launch exits 1
+    (also with --dry-run) and starts nothing; --force goes ahead."""
+    cluster = sim_cluster(2, trainers=2, hosts="management-all")
+    worker = cluster.nodes[1]
+    dry = sh(worker, f"{CLI} launch --dry-run -- train.py", NCCL_SOCKET_IFNAME="eth0")
+    assert dry.returncode == 1, dry.describe()
+    assert "[filter-selects-avoided] NCCL_SOCKET_IFNAME='eth0' selects eth0" in dry.stdout
+    assert "refusing to start the job" in dry.stdout, dry.describe()
+    forced = sh(worker, f"{CLI} launch --dry-run --force -- train.py",
+                NCCL_SOCKET_IFNAME="eth0")
+    assert forced.returncode == 0, forced.describe()
+    assert "--node-rank=1 --rdzv-backend=static --master-addr=10.65.0.2" in forced.stdout
+    # Without the user's value, the plan fixes every socket variable and launch is content.
+    planned = sh(worker, f"{CLI} launch --dry-run -- train.py")
+    assert planned.returncode == 0, planned.describe()

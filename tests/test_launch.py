@@ -360,8 +360,9 @@ def test_dry_run_json_on_a_snapshot(tmp_path: Path, capsys: pytest.CaptureFixtur
     code = main(["launch", "--dry-run", "--json", "--root", str(root), "--", "train.py",
                  "--data", "my data"])
     out = json.loads(capsys.readouterr().out)
-    assert code == 0
-    assert set(out) == {"config", "command", "env", "plan", "findings"}
+    assert code == 1  # GLOO_SOCKET_IFNAME=eth0 is kept: the job would fail, so launch refuses
+    assert out["refused"] is True
+    assert set(out) == {"config", "command", "env", "plan", "findings", "refused"}
     assert out["command"] == ["torchrun", *torchrun_args(node1_config()), "train.py", "--data",
                               "my data"]
     assert out["env"] == {"NCCL_SOCKET_IFNAME": "ens1", "TP_SOCKET_IFNAME": "ens1"}
@@ -369,6 +370,9 @@ def test_dry_run_json_on_a_snapshot(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert actions["GLOO_SOCKET_IFNAME"] == "keep"
     assert out["config"]["node_rank"] == 1
     assert any(f["severity"] == "error" for f in out["findings"])
+    forced = main(["launch", "--dry-run", "--json", "--force", "--root", str(root), "--",
+                   "train.py"])
+    assert forced == 0 and json.loads(capsys.readouterr().out)["refused"] is False
 
 
 def test_dry_run_human_output_is_shell_quoted(
@@ -438,8 +442,9 @@ def test_missing_torchrun_is_a_clear_error(tmp_path: Path) -> None:
         [sys.executable, "-c", _BLOCK_TORCH, "launch", "--dry-run", "--", "train.py"],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )
-    assert dry.returncode == 0, dry.stderr
+    assert dry.returncode == 1, dry.stderr  # an error remains: the job could not start
     assert "[launch-torchrun-missing]" in dry.stdout
+    assert "refusing to start the job: 1 error remains" in dry.stdout
 
 
 # One write(2) per line: under PYTHONUNBUFFERED print() writes the text and the newline

@@ -28,8 +28,8 @@ STEP = Path(__file__).parent / "scripts" / "allreduce_step.py"
 REPO = Path(__file__).resolve().parents[1]
 
 
-def launch_argv(*step_args: str) -> list[str]:
-    return [sys.executable, "-m", "clusterenv", "launch", "--", str(STEP), *step_args]
+def launch_argv(*step_args: str, options: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, "-m", "clusterenv", "launch", *options, "--", str(STEP), *step_args]
 
 
 def report(results: list[NodeResult]) -> str:
@@ -82,10 +82,19 @@ def _assert_failed_fast(results: list[NodeResult]) -> None:
     assert not any(ok_ranks(r) for r in results), text
 
 
-def test_gloo_on_eth0_fails_and_doctor_names_it(sim_cluster: ClusterFactory) -> None:
+def test_gloo_on_eth0_is_refused_and_fails_when_forced(sim_cluster: ClusterFactory) -> None:
     cluster = sim_cluster(2, trainers=2)
     env = {node.rank: node.env(GLOO_SOCKET_IFNAME="eth0") for node in cluster.nodes}
-    results = cluster.run_all(lambda node: launch_argv("--timeout", "10"),
+    # launch judges the environment the job would get and refuses: exit 1, torchrun not started.
+    refused = cluster.run_all(lambda node: launch_argv("--timeout", "10"),
+                              env=lambda node: env[node.rank], timeout=60, cwd=REPO)
+    for result in refused:
+        assert result.returncode == 1, result.describe()
+        assert "refusing to start the job: 1 error remains" in result.stderr, result.describe()
+        assert "filter-selects-avoided" in result.stderr, result.describe()
+        assert "allreduce_step rank=" not in result.stdout + result.stderr, result.describe()
+    # --force starts it anyway, and the failure launch predicted is real.
+    results = cluster.run_all(lambda node: launch_argv("--timeout", "10", options=("--force",)),
                               env=lambda node: env[node.rank], timeout=60, cwd=REPO,
                               stop_on_failure=True)
     _assert_failed_fast(results)

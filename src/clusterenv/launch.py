@@ -36,6 +36,7 @@ from typing import NoReturn
 from clusterenv._facts import Facts
 from clusterenv._root import as_root
 from clusterenv.config import ClusterConfig
+from clusterenv.diagnosis import diagnose_facts
 from clusterenv.errors import LaunchError
 from clusterenv.findings import Finding
 from clusterenv.nccl.plan import NcclPlan, plan_from_facts
@@ -51,6 +52,7 @@ __all__ = [
     "find_torchrun",
     "launch",
     "plan_launch",
+    "refusal",
     "torchrun_args",
     "torchrun_env",
     "write_deepspeed_env",
@@ -295,8 +297,9 @@ class LaunchPlan:
         command: The full command, e.g. ``("/opt/venv/bin/torchrun", "--nnodes=2", ...,
             "train.py", "--lr", "3e-4")``.
         nccl: The NCCL/Gloo/TensorPipe plan applied to the environment before the exec.
-        findings: What to know before launching: the plan's findings and the launch's own
-            (``launch-nproc-exceeds-gpus``, ``launch-torchrun-missing``, …).
+        findings: What to know before launching: doctor's verdict on the environment the job
+            gets (after the plan) and the launch's own (``launch-nproc-exceeds-gpus``,
+            ``launch-torchrun-missing``, …). An error among them makes :attr:`refused` true.
         environ: The complete environment the command gets (not printed: it may hold secrets).
     """
 
@@ -310,6 +313,17 @@ class LaunchPlan:
     def changes(self) -> dict[str, str]:
         """The variables the launch adds or replaces, e.g. ``{"GLOO_SOCKET_IFNAME": "ens1"}``."""
         return self.nccl.env
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        """The findings that say the job cannot work as planned (severity ``error``)."""
+        return tuple(f for f in self.findings if f.severity == "error")
+
+    @property
+    def refused(self) -> bool:
+        """Whether an error remains after the plan: the job, started now, fails or hangs, so
+        :func:`exec_plan` refuses to start it unless forced."""
+        return bool(self.errors)
 
 
 def plan_launch(
@@ -371,10 +385,20 @@ def plan_launch(
     facts = Facts(environ=env, root=host_root, config=config)
     nccl = plan_from_facts(facts, override=override, debug=debug)
     findings += _process_count_findings(config, nproc, env, facts.host.gpus)
-    findings += nccl.findings
     launch_env = {**env, **nccl.env}
+    # Judge the environment the job will get, as doctor would after `eval "$(clusterenv env)"`:
+    # what remains is what launch refuses on.
+    after = Facts(environ=launch_env, root=host_root, config=config, network=facts.network,
+                  rdma=facts.rdma, host=facts.host)
+    remaining, _, _ = diagnose_facts(after, debug=debug)
+    findings += [f for f in remaining if f.code not in _NOT_FOR_LAUNCH]
     argv = (*torchrun, *torchrun_args(config, nproc_per_node=nproc), *command)
-    return LaunchPlan(config, tuple(argv), nccl, tuple(findings), launch_env)
+    return LaunchPlan(config, tuple(argv), nccl, tuple(dict.fromkeys(findings)), launch_env)
+
+
+#: doctor's codes that launch itself takes care of: it is the launcher, and its rendezvous is
+#: static on the address (a host name on loopback only misleads c10d's).
+_NOT_FOR_LAUNCH = frozenset({"launcher-missing", "hostname-loopback"})
 
 
 def _process_count_findings(
@@ -409,10 +433,13 @@ def launch(
     nproc_per_node: int | None = None,
     override: bool = False,
     debug: bool = False,
+    force: bool = False,
 ) -> NoReturn:
     """Apply the NCCL plan and replace this process with torchrun; never returns.
 
-    The exit status of the job is torchrun's own: this process *becomes* torchrun.
+    The exit status of the job is torchrun's own: this process *becomes* torchrun. When an
+    error remains after the plan (the job would fail or hang), nothing is started unless
+    ``force=True``.
 
     Args:
         command: The script and its arguments, e.g. ``["train.py", "--lr", "3e-4"]``.
@@ -421,25 +448,41 @@ def launch(
         nproc_per_node: Processes on this node instead of ``NUM_TRAINERS``.
         override: Let the NCCL plan replace user values that differ from the evidenced ones.
         debug: Also set ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET``.
+        force: Start the job even when an error remains.
 
     Raises:
         ConfigError: When the cluster environment is invalid.
-        LaunchError: When torchrun is missing or cannot be started.
+        LaunchError: When an error remains (without ``force``), or torchrun is missing or
+            cannot be started.
     """
     plan = plan_launch(command, environ=environ, root=root, nproc_per_node=nproc_per_node,
                        override=override, debug=debug)
-    exec_plan(plan)
+    exec_plan(plan, force=force)
 
 
-def exec_plan(plan: LaunchPlan) -> NoReturn:
+def refusal(plan: LaunchPlan) -> str:
+    """Why :func:`exec_plan` refuses ``plan``, naming each remaining error, e.g.
+    ``"refusing to start the job: 1 error remains: filter-selects-avoided (...); ..."``."""
+    errors = plan.errors
+    listed = "; ".join(f"{f.code} ({f.title})" for f in errors)
+    return (f"refusing to start the job: {len(errors)} error{'s' if len(errors) != 1 else ''} "
+            f"remain{'s' if len(errors) == 1 else ''} after the plan, so it would fail or hang: "
+            f"{listed}; fix {'it' if len(errors) == 1 else 'them'} (`clusterenv doctor` shows "
+            "the fixes), or pass --force (force=True) to start it anyway")
+
+
+def exec_plan(plan: LaunchPlan, *, force: bool = False) -> NoReturn:
     """Replace this process with ``plan.command`` in ``plan.environ``; never returns.
 
     Raises:
-        LaunchError: When torchrun is missing or the exec fails.
+        LaunchError: When an error remains (without ``force``), or torchrun is missing or the
+            exec fails.
     """
     for finding in plan.findings:
         if finding.code == "launch-torchrun-missing":
             raise LaunchError(finding.title)
+    if plan.refused and not force:
+        raise LaunchError(refusal(plan))
     sys.stdout.flush()  # exec discards Python's buffers
     sys.stderr.flush()
     try:

@@ -53,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_plan_options(parser)
     parser.add_argument(
+        "--force", action="store_true",
+        help="start the job even when an error remains after the plan (by default launch "
+        "exits 1 and starts nothing: the job would fail or hang)",
+    )
+    parser.add_argument(
         "-q", "--quiet", action="store_true",
         help="do not print the command and the changes before starting it",
     )
@@ -80,9 +85,10 @@ def _summary(plan: LaunchPlan, stream: TextIO) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exec torchrun (never returns), or print the plan with ``--dry-run`` and return 0."""
+    """Exec torchrun (never returns), or print the plan with ``--dry-run``. Exit 1, starting
+    nothing, when an error remains after the plan (unless ``--force``); else 0."""
     from clusterenv.errors import LaunchError
-    from clusterenv.launch import exec_plan, plan_launch
+    from clusterenv.launch import exec_plan, plan_launch, refusal
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -100,10 +106,17 @@ def run(args: argparse.Namespace) -> int:
         override=args.override, debug=args.debug,
         torchrun=["torchrun"] if args.root is not None else None,
     )
+    refused = plan.refused and not args.force
     if not args.dry_run:
-        if not args.quiet:
+        missing = [f for f in plan.findings if f.code == "launch-torchrun-missing"]
+        if missing:
+            raise LaunchError(missing[0].title)
+        if not args.quiet or refused:
             print(f"clusterenv launch: {_summary(plan, sys.stderr)}\n", file=sys.stderr)
-        exec_plan(plan)
+        if refused:
+            print(f"clusterenv launch: {refusal(plan)}", file=sys.stderr)
+            return 1
+        exec_plan(plan, force=args.force)
     if args.json:
         emit_json({
             "config": plan.config,
@@ -111,7 +124,10 @@ def run(args: argparse.Namespace) -> int:
             "env": plan.changes,
             "plan": plan.nccl,
             "findings": list(plan.findings),
+            "refused": refused,
         })
     else:
         print(_summary(plan, sys.stdout))
-    return 0
+        if refused:
+            print(f"\n{refusal(plan)}")
+    return 1 if refused else 0

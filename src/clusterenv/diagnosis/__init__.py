@@ -44,7 +44,7 @@ from clusterenv.nccl.plan import NcclPlan, plan_from_facts
 from clusterenv.nccl.probe import LibrarySearch, NcclAnswer, ask_nccl, find_nccl_library
 from clusterenv.nccl.version import NcclVersion
 
-__all__ = ["CHECK_CODES", "diagnose_with_plan", "doctor"]
+__all__ = ["CHECK_CODES", "diagnose_facts", "diagnose_with_plan", "doctor"]
 
 #: Every finding code the plan and the checks of this module emit (besides the ``config-*`` and
 #: ``worker-*`` codes of :mod:`clusterenv.config` and the codes of :mod:`clusterenv.filters`):
@@ -79,8 +79,20 @@ def diagnose_with_plan(
         ``facts.bootstrap`` holds NCCL's bootstrap interface (asked or predicted).
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
-    host_root = as_root(root)
-    facts = Facts(environ=env, root=host_root, nccl_version=nccl_version)
+    facts = Facts(environ=env, root=as_root(root), nccl_version=nccl_version)
+    return diagnose_facts(facts, debug=debug, ask_nccl=ask_nccl, nccl_version=nccl_version)
+
+
+def diagnose_facts(
+    facts: Facts, *, debug: bool = False, ask_nccl: bool = False, nccl_version: str | None = None
+) -> tuple[list[Finding], NcclPlan, Facts]:
+    """:func:`diagnose_with_plan` on facts already gathered (``launch`` judges the environment
+    it will start the job with this way, reusing its detection).
+
+    Returns:
+        The findings (errors first), the plan, and the facts (new ones when NCCL's own
+        version changed the evidence).
+    """
     plan = plan_from_facts(facts, debug=debug)
     facts, plan = _ask_nccl(facts, plan, ask=ask_nccl, nccl_version=nccl_version, debug=debug)
     findings: list[Finding] = []
