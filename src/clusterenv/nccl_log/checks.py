@@ -546,8 +546,8 @@ def _ofi_checks(log: NcclLog) -> list[Finding]:
         tuple(evidence),
         "give the process the EFA devices: on Kubernetes request vpc.amazonaws.com/efa "
         "resources, in Docker pass the /dev/infiniband/uverbs* devices; check with `fi_info -p "
-        f"{providers[0] if providers else 'efa'}` in the same container, and use the libfabric "
-        "of the EFA installer (LD_LIBRARY_PATH=/opt/amazon/efa/lib)",
+        f"{providers[0] if providers else 'efa'}` in the same container (it must list the "
+        "devices), and that the process loads the EFA installer's libfabric, not another one",
     )]
 
 
