@@ -221,7 +221,7 @@ def test_a_node_that_sends_slowly_is_named_and_only_it(nodes: int) -> None:
     scores = score_nodes(range(nodes), measured(nodes, slow), min_fraction=0.5)
     assert [s.node for s in scores if s.slow] == [bad]
     assert scores[bad].send_gbs == pytest.approx(0.005)
-    assert scores[bad].others_median_gbs == pytest.approx(2.0)
+    assert scores[bad].median_gbs == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("nodes", [3, 5])
@@ -230,6 +230,17 @@ def test_a_node_that_receives_slowly_is_named_and_only_it(nodes: int) -> None:
     scores = score_nodes(range(nodes), measured(nodes, slow), min_fraction=0.5)
     assert [s.node for s in scores if s.slow] == [1]
     assert scores[1].recv_gbs == pytest.approx(0.1)
+
+
+def test_a_noisy_transfer_beside_a_slow_node_names_only_the_slow_node() -> None:
+    # Measured on the simulated cluster: node 2 throttled to 40 Mbit/s, and one transfer into
+    # node 0 caught at a busy moment (3.1 Gb/s against ~13). Against "the median of the other
+    # two" (their mean, dragged down by node 2) node 0 looked slow too; it is the median node.
+    gbit = {(0, 1): 13.4, (1, 2): 12.8, (2, 0): 0.0383, (1, 0): 3.1, (2, 1): 0.0382,
+            (0, 2): 13.8}
+    scores = score_nodes(range(3), measured(3, {k: v / 8 for k, v in gbit.items()}),
+                         min_fraction=0.5)
+    assert [s.node for s in scores if s.slow] == [2]
 
 
 def test_healthy_and_uniformly_slow_clusters_name_nobody() -> None:
@@ -312,7 +323,7 @@ def test_a_bad_path_between_two_healthy_nodes_is_a_slow_link() -> None:
     (finding,) = result.findings
     assert finding.code == CODE_SLOW_LINK and "node 1" in finding.title \
         and "node 2" in finding.title
-    assert result.exit_code == 1
+    assert finding.severity == "warning" and result.exit_code == 0
 
 
 def test_a_healthy_run_exits_0() -> None:
@@ -366,3 +377,16 @@ def test_svg_escapes_names_and_handles_one_size_and_no_line_rate() -> None:
     assert not root.findall(f".//{SVG}line[@class='line-rate']")
     assert all(math.isfinite(float(p.attrib["cx"]))
                for p in root.findall(f".//{SVG}circle"))
+
+
+def test_a_result_survives_json() -> None:
+    import json
+
+    from clusterenv.bench import BenchResult
+
+    slow = {(s, d): 0.005 for s, d in ring_transfers(3) if s == 2}
+    result = conclude(backend="gloo", device="cpu", world_size=3,
+                      nodes=[node(0), node(1), node(2)], sizes=[(1 << 20, 0.01, 5)],
+                      transfers=measured(3, slow), min_fraction=0.5, elapsed_s=3.5,
+                      truncated=True)
+    assert BenchResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result

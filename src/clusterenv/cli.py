@@ -55,6 +55,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "preflight",
         "check the whole cluster at once: run on every node; names the node that differs",
     ),
+    "bench": (
+        "bench",
+        "measure all-reduce and each node's link against the line rate; name slow nodes",
+    ),
 }
 
 #: Exit status when the reader of stdout went away (128 + SIGPIPE, what a shell shows when a

@@ -389,7 +389,7 @@ CODES: dict[str, CodeInfo] = {
     ),
     # -- bench
     "bench-slow-node": CodeInfo("bench", "error", "One node's bandwidth is far below the rest"),
-    "bench-slow-link": CodeInfo("bench", "error", "One direction between two nodes is slow"),
+    "bench-slow-link": CodeInfo("bench", "warning", "One direction between two nodes is slow"),
     "bench-transport-mixed": CodeInfo(
         "bench", "warning", "Nodes moved data over different transports"
     ),

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from clusterenv.bench.model import BenchResult, LinkResult, NodeInfo, SizeResult
-from clusterenv.bench.units import algbw_gbs, busbw_gbs, format_size, line_fraction
+from clusterenv.bench.units import algbw_gbs, busbw_gbs, format_size, line_fraction, median
 from clusterenv.bench.verdict import NodeScore, Transfer, score_nodes, slow_transfers
 from clusterenv.findings import Finding, codes_of
 
@@ -56,11 +56,11 @@ def _majority_transport(nodes: Sequence[NodeInfo], skip: int) -> str | None:
 def _slow_node_finding(info: NodeInfo, score: NodeScore, nodes: Sequence[NodeInfo],
                        min_fraction: float) -> Finding:
     others = _majority_transport(nodes, info.node)
-    ratio = (score.gbs / score.others_median_gbs
-             if score.gbs is not None and score.others_median_gbs else None)
+    ratio = (score.gbs / score.median_gbs
+             if score.gbs is not None and score.median_gbs else None)
     how = f"{ratio:.0%} of" if ratio is not None else "below"
-    title = (f"{_where(info)} is slow: its link carries {_gbit(score.gbs)}, {how} the other "
-             f"nodes' median {_gbit(score.others_median_gbs)} (line rate "
+    title = (f"{_where(info)} is slow: its link carries {_gbit(score.gbs)}, {how} the "
+             f"nodes' median {_gbit(score.median_gbs)} (line rate "
              f"{_rate(info.line_rate.gbps)})")
     if len(nodes) == 2:
         title += "; with two nodes a slow direction cannot be pinned on one end"
@@ -69,7 +69,7 @@ def _slow_node_finding(info: NodeInfo, score: NodeScore, nodes: Sequence[NodeInf
     rails = ", ".join(f"{r.name} {_rate(r.gbps)}" for r in info.line_rate.rails) or "none known"
     evidence = (
         f"sent at best {_gbit(score.send_gbs)}, received at best {_gbit(score.recv_gbs)}",
-        f"other nodes' median {_gbit(score.others_median_gbs)}; threshold --min-fraction "
+        f"median of the nodes {_gbit(score.median_gbs)}; threshold --min-fraction "
         f"{min_fraction:g}",
         f"transport {info.transport}; rails {rails}",
     )
@@ -84,6 +84,8 @@ def _slow_node_finding(info: NodeInfo, score: NodeScore, nodes: Sequence[NodeInf
 def _slow_link_finding(transfer: Transfer, by_node: dict[int, NodeInfo], typical: float,
                        min_fraction: float) -> Finding:
     src, dst = by_node[transfer.src], by_node[transfer.dst]
+    # A warning: one direction between two nodes is a single measurement, and a moment of
+    # contention on either host looks the same as a bad cable.
     return Finding.of(
         CODE_SLOW_LINK,
         f"the transfer from {_where(src)} to {_where(dst)} carries {_gbit(transfer.gbs)}, "
@@ -140,7 +142,7 @@ def conclude(
         rate = info.line_rate.gbps
         links.append(LinkResult(
             score.node, info.hostname, info.address, info.interface, info.transport,
-            score.send_gbs, score.recv_gbs, score.gbs, score.others_median_gbs, rate,
+            score.send_gbs, score.recv_gbs, score.gbs, score.median_gbs, rate,
             line_fraction(score.gbs, rate), score.slow,
         ))
     slow = tuple(s.node for s in scores if s.slow)
@@ -148,7 +150,7 @@ def conclude(
                 for s in scores if s.slow]
     lagging = slow_transfers(transfers, slow, min_fraction=min_fraction)
     if lagging:
-        typical = sorted(t.gbs for t in transfers)[len(transfers) // 2]
+        typical = median(t.gbs for t in transfers if t.src not in slow and t.dst not in slow)
         findings += [_slow_link_finding(t, by_node, typical, min_fraction) for t in lagging]
     transports = Counter(n.transport for n in nodes)
     if len(transports) > 1:

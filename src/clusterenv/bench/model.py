@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterenv.bench.linerate import LineRate
+from clusterenv.bench.linerate import LineRate, Rail
 from clusterenv.bench.verdict import Transfer
 from clusterenv.findings import Finding, has_errors
 
@@ -83,7 +84,7 @@ class LinkResult:
         send_gbs: Best transfer out of the node, GB/s.
         recv_gbs: Best transfer into the node, GB/s.
         gbs: The node's link bandwidth, the smaller of the two, GB/s.
-        others_median_gbs: Median link bandwidth of the other nodes, GB/s.
+        median_gbs: Median link bandwidth over the nodes (the verdict's reference), GB/s.
         line_rate_gbps: The node's line rate in Gb/s (summed over its rails).
         fraction: ``gbs`` as a fraction of ``line_rate_gbps``.
         slow: Named by the verdict.
@@ -97,7 +98,7 @@ class LinkResult:
     send_gbs: float | None
     recv_gbs: float | None
     gbs: float | None
-    others_median_gbs: float | None
+    median_gbs: float | None
     line_rate_gbps: float | None
     fraction: float | None
     slow: bool
@@ -148,6 +149,47 @@ class BenchResult:
     def exit_code(self) -> int:
         """0 when no node is slow and no finding is an error, else 1."""
         return 1 if self.slow_nodes or has_errors(self.findings) else 0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BenchResult:
+        """The result back from :meth:`to_dict` (how the CLI reads what the workers wrote).
+
+        Raises:
+            KeyError, TypeError, ValueError: When ``data`` is not such a dictionary.
+        """
+        nodes = tuple(
+            NodeInfo(int(n["node"]), str(n["hostname"]), n["address"], n["interface"],
+                     str(n["transport"]),
+                     LineRate(tuple(Rail(str(r["name"]), r["kind"], r["gbps"])
+                                    for r in n["line_rate"]["rails"])),
+                     tuple(int(r) for r in n["ranks"]))
+            for n in data["nodes"]
+        )
+        sizes = tuple(
+            SizeResult(int(s["size"]), float(s["seconds"]), int(s["iterations"]),
+                       float(s["algbw_gbs"]), float(s["busbw_gbs"]), s["busbw_fraction"])
+            for s in data["sizes"]
+        )
+        links = tuple(LinkResult(**{name: link[name] for name in LinkResult.__slots__})
+                      for link in data["links"])
+        transfers = tuple(
+            Transfer(int(t["src"]), int(t["dst"]), int(t["size"]), float(t["seconds"]),
+                     int(t["iterations"]))
+            for t in data["transfers"]
+        )
+        findings = tuple(
+            Finding(str(f["code"]), f["severity"], str(f["title"]),
+                    tuple(str(e) for e in f["evidence"]), str(f["fix"]))
+            for f in data["findings"]
+        )
+        return cls(
+            backend=str(data["backend"]), device=str(data["device"]),
+            world_size=int(data["world_size"]), num_nodes=int(data["num_nodes"]),
+            min_fraction=float(data["min_fraction"]), line_rate_gbps=data["line_rate_gbps"],
+            sizes=sizes, links=links, transfers=transfers, nodes=nodes,
+            slow_nodes=tuple(int(n) for n in data["slow_nodes"]), findings=findings,
+            elapsed_s=float(data["elapsed_s"]), truncated=bool(data["truncated"]),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``backend``, ``sizes``, ``links``, ``slow_nodes``, ``line_rate_gbps``,

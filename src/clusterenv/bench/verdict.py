@@ -11,9 +11,13 @@ is what pins a slow transfer on the right end: a node whose NIC is throttled is 
 of its neighbours, while each neighbour still has one fast transfer with its other neighbour.
 With two nodes the two ends cannot be told apart, and both are named.
 
-A node is slow when its link bandwidth is below ``min_fraction`` × the median of the *other*
-nodes' link bandwidths. With two nodes there is one pair: when one direction is below
-``min_fraction`` × the other, both nodes are named, since nothing tells which end is at fault.
+A node is slow when its link bandwidth is below ``min_fraction`` × the median over all nodes.
+The median includes the node itself. With three nodes "the median of the two others" is their
+mean: beside a slow node, a healthy node caught at a busy moment at a quarter of its speed fell
+below half of that mean and was named too. The median of all three is the middle node, which
+one outlier cannot move; from five nodes on the two rules differ little. With two nodes there is
+one pair: when one direction is below ``min_fraction`` × the other, both nodes are named, since
+nothing tells which end is at fault.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass, replace
 from clusterenv.bench.units import median
 
 __all__ = ["NodeScore", "Transfer", "ring_transfers", "schedule_rounds", "score_nodes",
-           "slow_transfers"]
+           "slow_transfers", "transfers_by_pair"]
 
 #: A directed transfer between two nodes, by node rank: ``(sender, receiver)``.
 Pair = tuple[int, int]
@@ -63,14 +67,15 @@ class NodeScore:
         node: Node rank, e.g. ``2``.
         send_gbs: Best transfer out of this node in GB/s; None when it sent nothing.
         recv_gbs: Best transfer into this node in GB/s; None when it received nothing.
-        others_median_gbs: Median link bandwidth of the other nodes; None on one node.
-        slow: Below ``min_fraction`` × ``others_median_gbs``.
+        median_gbs: Median link bandwidth over all nodes (with two nodes: the faster direction);
+            None on one node.
+        slow: Below ``min_fraction`` × ``median_gbs``.
     """
 
     node: int
     send_gbs: float | None
     recv_gbs: float | None
-    others_median_gbs: float | None
+    median_gbs: float | None
     slow: bool
 
     @property
@@ -139,14 +144,13 @@ def score_nodes(
     for n, (send, recv) in best.items():
         known = [v for v in (send, recv) if v is not None]
         link[n] = min(known) if known else None
+    known = [v for v in link.values() if v is not None]
+    typical = median(known) if len(known) > 1 else None
     scores = []
     for n in ranks:
-        others = [v for m, v in link.items() if m != n and v is not None]
-        others_median = median(others) if others else None
         mine = link[n]
-        slow = mine is not None and others_median is not None and mine < min_fraction * \
-            others_median
-        scores.append(NodeScore(n, best[n][0], best[n][1], others_median, slow))
+        slow = mine is not None and typical is not None and mine < min_fraction * typical
+        scores.append(NodeScore(n, best[n][0], best[n][1], typical, slow))
     if len(ranks) == 2:
         return _judge_pair(scores, min_fraction)
     return scores
@@ -157,20 +161,22 @@ def _judge_pair(scores: list[NodeScore], min_fraction: float) -> list[NodeScore]
     first, second = scores
     directions = [v for v in (first.send_gbs, second.send_gbs) if v is not None]
     lopsided = len(directions) == 2 and min(directions) < min_fraction * max(directions)
-    return [replace(s, slow=lopsided, others_median_gbs=max(directions, default=None))
+    return [replace(s, slow=lopsided, median_gbs=max(directions, default=None))
             for s in scores]
 
 
 def slow_transfers(
     transfers: Sequence[Transfer], slow_nodes: Iterable[int], *, min_fraction: float
 ) -> list[Transfer]:
-    """Transfers below ``min_fraction`` × the median of all transfers, not explained by a slow
-    node at either end: a bad cable or switch port between two otherwise healthy nodes."""
-    if len(transfers) < 3:
-        return []
-    typical = median(t.gbs for t in transfers)
+    """Transfers below ``min_fraction`` × the median of the transfers between nodes that are not
+    slow, not explained by a slow node at either end: a bad cable or switch port between two
+    otherwise healthy nodes (or a moment of contention on one of them)."""
     named = set(slow_nodes)
-    return [t for t in transfers
+    healthy = [t for t in transfers if t.src not in named and t.dst not in named]
+    if len(healthy) < 3:
+        return []
+    typical = median(t.gbs for t in healthy)
+    return [t for t in healthy
             if t.gbs < min_fraction * typical and t.src not in named and t.dst not in named]
 
 

@@ -1,0 +1,240 @@
+"""``clusterenv bench``: measure all-reduce and each node's link against the line rate.
+
+Run on every node at once, like ``preflight``. Each node applies the same plan as ``launch`` and
+starts torchrun with :mod:`clusterenv.bench.worker`; every node prints the same verdict. Progress
+goes to stderr, the report (or ``--json``) to stdout. Exit 0: no slow node; 1: a slow node or
+link was named; 2: the run could not complete (bad options, torch missing, a node that never
+joined, the time limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from clusterenv._cli._common import add_json, add_plan_options, emit_json, host_context
+from clusterenv.errors import LaunchError
+
+if TYPE_CHECKING:
+    from clusterenv.bench.model import BenchResult
+
+HELP = "measure all-reduce and each node's link against the line rate; name slow nodes"
+
+#: Seconds torchrun gets after the time limit to write the result and leave.
+_GRACE = 10.0
+_DEFAULT_TIME_LIMIT = 60.0
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    from clusterenv.bench.units import parse_sizes
+
+    try:
+        return parse_sizes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: expected at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: expected a positive number of seconds")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected a fraction in (0, 1], e.g. 0.5")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``clusterenv bench``."""
+    parser.add_argument(
+        "--nproc-per-node", type=_positive_int, metavar="N", default=None,
+        help="processes on this node (default: the visible GPUs, or 1 on a CPU host)",
+    )
+    parser.add_argument(
+        "--backend", choices=("auto", "nccl", "gloo"), default="auto",
+        help="auto: NCCL on CUDA tensors when GPUs are visible, else Gloo on CPU tensors",
+    )
+    parser.add_argument(
+        "--sizes", type=_sizes, default=None, metavar="LIST",
+        help="all-reduce sizes per rank, e.g. 1M,16M,256M (K/M/G are powers of 1024; default "
+        "256K to 1G by x4 on GPU, to 64M on CPU); the largest is also the link transfer size",
+    )
+    parser.add_argument("--iters", type=_positive_int, default=None, metavar="N",
+                        help="timed iterations per measurement (default 20 on GPU, 5 on CPU)")
+    parser.add_argument("--warmup", type=int, default=None, metavar="N",
+                        help="untimed iterations first (default 5 on GPU, 1 on CPU)")
+    parser.add_argument(
+        "--time-limit", type=_seconds, default=_DEFAULT_TIME_LIMIT, metavar="SECONDS",
+        help="for the whole run, start-up included (default 60); iterations shrink to fit, "
+        "and a run still going after it is stopped (exit 2)",
+    )
+    parser.add_argument(
+        "--min-fraction", type=_fraction, default=0.5, metavar="F",
+        help="a node whose link is below F x the median of the others is slow (default 0.5)",
+    )
+    parser.add_argument("--plot", metavar="FILE.svg", default=None,
+                        help="also write a self-contained SVG picture of the run")
+    add_plan_options(parser)
+    add_json(parser)
+
+
+def _torchrun_command() -> list[str]:
+    # The worker imports clusterenv and torch, so torchrun must be this very interpreter's.
+    if importlib.util.find_spec("torch") is None:
+        raise LaunchError(
+            f"clusterenv bench needs PyTorch in the interpreter that runs it ({sys.executable}): "
+            "pip install torch (the CPU wheel is enough for --backend gloo)"
+        )
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _choose(args: argparse.Namespace, gpus: int) -> tuple[str, int]:
+    backend = args.backend
+    if backend == "auto":
+        backend = "nccl" if gpus else "gloo"
+    if backend == "nccl" and not gpus:
+        raise LaunchError(
+            "--backend nccl needs GPUs, and this node sees none (check CUDA_VISIBLE_DEVICES and "
+            "`nvidia-smi`); use --backend gloo to measure over TCP with CPU tensors"
+        )
+    nproc = args.nproc_per_node or (gpus if backend == "nccl" else 1)
+    if backend == "nccl" and nproc > gpus:
+        raise LaunchError(
+            f"--nproc-per-node {nproc} with --backend nccl needs {nproc} GPUs, and this node sees "
+            f"{gpus}; use --nproc-per-node {gpus}"
+        )
+    return backend, nproc
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM torchrun's process group (it forwards to the workers), then SIGKILL."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _measure(args: argparse.Namespace, started: float) -> BenchResult:
+    from clusterenv._gpus import visible_gpu_count
+    from clusterenv.bench.model import BenchResult
+    from clusterenv.bench.worker import RESULT_ENV
+    from clusterenv.launch import plan_launch
+
+    environ, root = host_context(args)
+    backend, nproc = _choose(args, visible_gpu_count(environ, root))
+    torchrun = _torchrun_command()
+    with tempfile.TemporaryDirectory(prefix="clusterenv-bench-") as tmp:
+        result_file = Path(tmp) / "result.json"
+        deadline = time.time() + args.time_limit - (time.monotonic() - started)
+        worker = ["--module", "clusterenv.bench.worker", "--backend", backend,
+                  "--deadline", f"{deadline:.3f}",
+                  "--min-fraction", str(args.min_fraction),
+                  "--init-timeout", str(args.time_limit)]
+        if args.sizes:
+            worker += ["--sizes", ",".join(str(s) for s in args.sizes)]
+        if args.iters is not None:
+            worker += ["--iters", str(args.iters)]
+        if args.warmup is not None:
+            worker += ["--warmup", str(args.warmup)]
+        plan = plan_launch(worker, environ=environ, root=root, nproc_per_node=nproc,
+                           override=args.override, debug=args.debug, torchrun=torchrun)
+        env = dict(plan.environ)
+        env[RESULT_ENV] = str(result_file)
+        if backend == "nccl" and "NCCL_DEBUG" not in env:
+            # The workers read their own log to say which transport NCCL used.
+            env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
+                       NCCL_DEBUG_FILE=str(Path(tmp) / "nccl.%h.%p.log"))
+        _say(f"starting {backend}, {nproc} process"
+             f"{'es' if nproc != 1 else ''} on node {plan.config.node_rank} of "
+             f"{plan.config.num_nodes}, time limit {args.time_limit:g} s")
+        for finding in plan.findings:
+            if finding.severity != "info":
+                _say(f"{finding.severity}: [{finding.code}] {finding.title}")
+        stop_at = started + args.time_limit + _GRACE
+        proc = subprocess.Popen(
+            list(plan.command), env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout=max(stop_at - time.monotonic(), 1.0))
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            raise LaunchError(
+                f"the run did not finish within --time-limit {args.time_limit:g} s (+{_GRACE:g} s "
+                "to shut down): a node that never started or a link too slow for the sizes; "
+                "start it on every node at once, or give smaller --sizes or a longer "
+                "--time-limit"
+            ) from None
+        except BaseException:
+            _stop(proc)
+            raise
+        if not result_file.is_file():
+            raise LaunchError(
+                f"the workers did not report a result (torchrun exited {code}); its output "
+                "above says why: a node that did not join, or a connection refused (run "
+                "`clusterenv doctor` and `clusterenv preflight` on every node)"
+            )
+        return BenchResult.from_dict(json.loads(result_file.read_text(encoding="utf-8")))
+
+
+def _say(text: str) -> None:
+    print(f"clusterenv bench: {text}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure, print the report (or JSON), write the plot; the exit code of the verdict."""
+    from clusterenv.bench.report import render_report
+    from clusterenv.bench.svg import write_svg
+
+    started = time.monotonic()
+    if os.environ.get("RANK") is not None and os.environ.get("LOCAL_RANK") is not None:
+        raise LaunchError(
+            "this process is already a launched worker (RANK and LOCAL_RANK are set): run "
+            "`clusterenv bench` from a shell on every node, or call clusterenv.bench.run() "
+            "inside your process group"
+        )
+    result = _measure(args, started)
+    if args.plot:
+        try:
+            write_svg(result, args.plot)
+        except OSError as e:
+            raise LaunchError(f"--plot {args.plot!r}: cannot write it: {e.strerror or e}") from e
+    if args.json:
+        emit_json(result.to_dict())
+    else:
+        print(render_report(result, sys.stdout))
+    return result.exit_code

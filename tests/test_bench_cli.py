@@ -1,0 +1,64 @@
+"""``clusterenv bench`` options and failures that need no cluster: bad options are refused with
+the value and exit 2, and one CPU node measures with a real torchrun (no links to judge)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.simcluster import base_env
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bench(*args: str, env: dict[str, str] | None = None,
+          timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "clusterenv", "bench", *args],
+                          capture_output=True, text=True, env=env or base_env(), cwd=REPO,
+                          timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--sizes", "1M,16X"], "'16X': expected a size such as 4096, 256K, 16M or 1G"),
+    (["--sizes", "1001"], "not a multiple of 4"),
+    (["--min-fraction", "2"], "2: expected a fraction in (0, 1], e.g. 0.5"),
+    (["--time-limit", "0"], "expected a positive number of seconds"),
+    (["--iters", "0"], "0: expected at least 1"),
+    (["--backend", "mpi"], "invalid choice: 'mpi'"),
+])
+def test_bad_options_exit_2_naming_the_value(args: list[str], message: str) -> None:
+    result = bench(*args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_nccl_without_gpus_and_inside_a_worker_are_refused() -> None:
+    env = {**base_env(), "CUDA_VISIBLE_DEVICES": ""}
+    result = bench("--backend", "nccl", env=env)
+    assert result.returncode == 2 and "--backend nccl needs GPUs" in result.stderr, result.stderr
+    assert "--backend gloo" in result.stderr
+    result = bench(env={**base_env(), "RANK": "0", "LOCAL_RANK": "0"})
+    assert result.returncode == 2 and "already a launched worker" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.usefixtures("torch_required")
+def test_one_cpu_node_measures_all_reduce_and_has_no_links(tmp_path: Path) -> None:
+    plot = tmp_path / "one.svg"
+    result = bench("--json", "--sizes", "64K,256K", "--iters", "2", "--plot", str(plot))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["num_nodes"] == 1 and report["world_size"] == 1
+    assert [s["size"] for s in report["sizes"]] == [64 << 10, 256 << 10]
+    assert report["transfers"] == [] and report["slow_nodes"] == []
+    # One rank: nccl-tests' bus bandwidth factor 2(n-1)/n is 0.
+    assert all(s["busbw_gbs"] == 0 for s in report["sizes"])
+    assert "all-reduce 64K" in result.stderr  # progress on stderr
+    assert plot.read_text().startswith("<svg")
+    text = bench("--sizes", "64K", "--iters", "1")
+    assert text.returncode == 0 and "all-reduce (nccl-tests definitions" in text.stdout
