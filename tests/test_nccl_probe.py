@@ -209,3 +209,19 @@ def test_nccl_log_reads_the_probes_lines(library: NcclLibrary) -> None:
     parsed = parse_nccl_log(answer.log)
     assert [(r.bootstrap_interface, r.bootstrap_address) for r in parsed.ranks] == [
         ("lo", "127.0.0.1")]
+
+
+def test_the_version_nccl_reports_is_the_first_evidence(library: NcclLibrary) -> None:
+    from clusterenv.diagnosis import diagnose_with_plan
+
+    # NCCL_VERSION says otherwise (a container's label): both stay evidence, NCCL's own first.
+    env = {**CLEAN, "NCCL_VERSION": "2.19.3"}
+    _, _, facts = diagnose_with_plan(environ=env, ask_nccl=True)
+    first = facts.nccl_versions[0]
+    assert first.version == wheel_version()
+    assert first.source == f"{library.path} (ncclGetVersion)"
+    assert (2, 19, 3) in [v.version for v in facts.nccl_versions]
+    assert facts.bootstrap is not None and facts.bootstrap.current.asked
+    _, _, unasked = diagnose_with_plan(environ=env)
+    assert not any(v.source.endswith("(ncclGetVersion)") for v in unasked.nccl_versions)
+    assert unasked.bootstrap is not None and unasked.bootstrap.current.by == "prediction"
