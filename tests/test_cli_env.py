@@ -175,3 +175,26 @@ def test_show_for_people(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "cluster: ens1 holds NODE_ADDR 10.65.0.2" in out
     assert "keep    GLOO_SOCKET_IFNAME  eth0" in out
     assert "set     NCCL_SOCKET_IFNAME  ens1" in out
+
+
+@pytest.mark.parametrize(("version", "gid_index"), [("2.19.3", "3"), ("2.21.5", None)])
+def test_nccl_version_option_reaches_the_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, gid_index: str | None
+) -> None:
+    # RoCE with the IPv4 RoCE v2 GID at index 3: NCCL before 2.21 needs NCCL_IB_GID_INDEX.
+    roce_node(tmp_path, rails=2)
+    assert main(["env", "--root", str(tmp_path), "--json", "--nccl-version", version]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["plan"]["nccl_version"] == version
+    assert data["env"].get("NCCL_IB_GID_INDEX") == gid_index
+    # Unknown here, the version makes doctor say so (ib-gid-index-info); given, it does not.
+    main(["doctor", "--root", str(tmp_path), "--json"])
+    assert "ib-gid-index-info" in _codes(capsys.readouterr().out)
+    main(["doctor", "--root", str(tmp_path), "--json", "--nccl-version", version])
+    assert "ib-gid-index-info" not in _codes(capsys.readouterr().out)
+
+
+def _codes(doctor_json: str) -> set[str]:
+    data = json.loads(doctor_json)
+    findings = data["findings"] if isinstance(data, dict) else data
+    return {f["code"] for f in findings}

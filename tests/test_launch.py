@@ -294,7 +294,7 @@ def test_write_deepspeed_env_keeps_other_variables(tmp_path: Path) -> None:
 
 def test_plan_applies_the_cluster_interface_and_builds_the_command(tmp_path: Path) -> None:
     root = runpod_host(tmp_path, NODE1)
-    plan = plan_launch(["train.py", "--lr", "3e-4"], environ=NODE1, root=root,
+    plan = plan_launch(command=["train.py", "--lr", "3e-4"], environ=NODE1, root=root,
                        torchrun=["torchrun"])
     assert plan.command == ("torchrun", *torchrun_args(node1_config()), "train.py", "--lr",
                             "3e-4")
@@ -308,34 +308,34 @@ def test_plan_applies_the_cluster_interface_and_builds_the_command(tmp_path: Pat
 def test_plan_keeps_a_harmful_user_value_and_reports_it(tmp_path: Path) -> None:
     environ = {**NODE1, "GLOO_SOCKET_IFNAME": "eth0"}
     root = runpod_host(tmp_path, environ)
-    plan = plan_launch(["train.py"], environ=environ, root=root, torchrun=["torchrun"])
+    plan = plan_launch(command=["train.py"], environ=environ, root=root, torchrun=["torchrun"])
     assert plan.environ["GLOO_SOCKET_IFNAME"] == "eth0"
     kept = {c.name: c for c in plan.nccl.changes}["GLOO_SOCKET_IFNAME"]
     assert (kept.action, kept.harmful) == ("keep", True)
     assert any(f.severity == "error" and "GLOO_SOCKET_IFNAME" in f.title for f in plan.findings)
-    overridden = plan_launch(["train.py"], environ=environ, root=root, torchrun=["torchrun"],
+    overridden = plan_launch(environ, command=["train.py"], root=root, torchrun=["torchrun"],
                              override=True)
     assert overridden.environ["GLOO_SOCKET_IFNAME"] == "ens1"
 
 
 def test_plan_warns_when_more_processes_than_gpus(tmp_path: Path) -> None:
     root = runpod_host(tmp_path, NODE1, gpus=2)
-    plan = plan_launch(["train.py"], environ=NODE1, root=root, torchrun=["torchrun"],
+    plan = plan_launch(command=["train.py"], environ=NODE1, root=root, torchrun=["torchrun"],
                        nproc_per_node=4)
     codes = {f.code: f for f in plan.findings}
     assert codes["launch-nproc-exceeds-gpus"].severity == "warning"
     assert "invalid device ordinal" in codes["launch-nproc-exceeds-gpus"].title
     assert codes["launch-nproc-differs"].severity == "info"
     assert "--nproc-per-node=4" in plan.command
-    fine = plan_launch(["train.py"], environ=NODE1, root=root, torchrun=["torchrun"])
+    fine = plan_launch(command=["train.py"], environ=NODE1, root=root, torchrun=["torchrun"])
     assert "launch-nproc-exceeds-gpus" not in {f.code for f in fine.findings}
 
 
 def test_plan_refuses_inside_a_worker_and_without_a_script(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match=r"already a launched worker \(RANK=9"):
-        plan_launch(["train.py"], environ=TORCHRUN_WORKER, root=tmp_path, torchrun=["torchrun"])
+        plan_launch(TORCHRUN_WORKER, command=["train.py"], root=tmp_path, torchrun=["torchrun"])
     with pytest.raises(LaunchError, match="nothing to launch"):
-        plan_launch([], environ=RUNPOD, root=tmp_path, torchrun=["torchrun"])
+        plan_launch(command=[], environ=RUNPOD, root=tmp_path, torchrun=["torchrun"])
 
 
 def test_find_torchrun_prefers_path(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import types
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -395,10 +396,11 @@ def roce_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _apply_quietly(environ: dict[str, str], root: Path, **kwargs: bool) -> NcclPlan:
+def _apply_quietly(environ: dict[str, str], root: Path, *, override: bool = False,
+                   debug: bool = False) -> NcclPlan:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ClusterEnvWarning)
-        return apply_nccl_defaults(environ, root=root, **kwargs)
+        return apply_nccl_defaults(environ, root=root, override=override, debug=debug)
 
 
 _PROPERTY = settings(max_examples=60, deadline=None,
@@ -504,3 +506,39 @@ def test_hca_list_on_real_captures(tmp_path: Path, name: str) -> None:
     agreed = roce and reach and len(indexes) == 1
     expected_gid = str(indexes.pop()) if agreed else OLD_NCCL_GID_INDEX.get(name)
     assert plan.env.get("NCCL_IB_GID_INDEX") == expected_gid
+
+
+# -- one convention for the entry points ---------------------------------------------------------
+
+
+def test_environ_comes_first_positionally_and_nccl_version_reaches_apply(roce_root: Path) -> None:
+    # NCCL 2.19 needs NCCL_IB_GID_INDEX on RoCE; 2.21 chooses it per port: the version given to
+    # apply_nccl_defaults must reach the plan, as it does for plan_nccl_env.
+    old, new = dict(B0_ENV), dict(B0_ENV)
+    older = _quiet(lambda: apply_nccl_defaults(old, root=roce_root, nccl_version="2.19.3"))
+    newer = _quiet(lambda: apply_nccl_defaults(new, root=roce_root, nccl_version="2.21.5"))
+    assert (older.nccl_version, newer.nccl_version) == ("2.19.3", "2.21.5")
+    assert old.get("NCCL_IB_GID_INDEX") == "3"
+    assert "NCCL_IB_GID_INDEX" not in new
+    assert plan_nccl_env(B0_ENV, root=roce_root, nccl_version="2.19.3") == older
+    with pytest.raises(TypeError):
+        plan_nccl_env(B0_ENV, roce_root)  # type: ignore[call-arg]  # the rest by keyword
+
+
+def test_the_plan_does_not_depend_on_what_touched_the_facts_first(roce_root: Path) -> None:
+    from clusterenv._facts import Facts
+    from clusterenv.nccl.plan import plan_from_facts
+
+    for environ in (B0_ENV, {}):  # a multi-node and a single-node (local) environment
+        untouched = Facts(environ=environ, root=Root(roce_root), nccl_version="2.21.5")
+        touched = Facts(environ=environ, root=Root(roce_root), nccl_version="2.21.5")
+        assert touched.nccl_versions  # as a check that runs first (doctor, preflight) would
+        assert plan_from_facts(untouched) == plan_from_facts(touched)
+        expected = "2.21.5" if environ else None
+        assert plan_from_facts(untouched).nccl_version == expected
+
+
+def _quiet(call: Callable[[], NcclPlan]) -> NcclPlan:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClusterEnvWarning)
+        return call()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -132,3 +133,27 @@ def test_exported_functions_are_not_shadowed_by_submodules() -> None:
         check=True, capture_output=True, text=True,
     ).stdout
     assert out.strip() == "ok", out
+
+
+def test_entry_points_take_environ_first_and_the_rest_by_keyword() -> None:
+    import inspect
+
+    from clusterenv.config import check_config
+    from clusterenv.launch import plan_launch
+    from clusterenv.preflight import preflight
+
+    entry_points: list[Callable[..., object]] = [
+        clusterenv.ClusterConfig.from_env, check_config, clusterenv.plan_nccl_env,
+        clusterenv.apply_nccl_defaults, clusterenv.doctor, preflight, plan_launch,
+    ]
+    for function in entry_points:
+        first, *rest = inspect.signature(function).parameters.values()
+        name = function.__qualname__
+        assert first.name == "environ", name
+        assert first.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, name
+        assert first.default is None, name
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in rest), name
+    versioned: list[Callable[..., object]] = [clusterenv.plan_nccl_env,
+                                              clusterenv.apply_nccl_defaults, clusterenv.doctor]
+    for function in versioned:
+        assert "nccl_version" in inspect.signature(function).parameters, function.__qualname__

@@ -327,14 +327,15 @@ class LaunchPlan:
 
 
 def plan_launch(
-    command: Sequence[str],
-    *,
     environ: Mapping[str, str] | None = None,
+    *,
+    command: Sequence[str],
     root: str | os.PathLike[str] = "/",
     nproc_per_node: int | None = None,
     override: bool = False,
     debug: bool = False,
     torchrun: Sequence[str] | None = None,
+    nccl_version: str | None = None,
 ) -> LaunchPlan:
     """Build the torchrun command and environment for this node; runs nothing, changes nothing.
 
@@ -347,6 +348,7 @@ def plan_launch(
         override: Let the NCCL plan replace user values that differ from the evidenced ones.
         debug: Also set ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET``.
         torchrun: The torchrun command; found with :func:`find_torchrun` when None.
+        nccl_version: Assume this NCCL version (e.g. ``"2.19.3"``) instead of detecting it.
 
     Returns:
         The plan, whose ``command`` is e.g. ``("/opt/venv/bin/torchrun", "--nnodes=2", ...)``.
@@ -382,7 +384,7 @@ def plan_launch(
                 "launch-torchrun-missing", str(e),
                 (f"PATH={env.get('PATH', '')}", f"python: {sys.executable}"), _INSTALL_TORCH,
             ))
-    facts = Facts(environ=env, root=host_root, config=config)
+    facts = Facts(environ=env, root=host_root, config=config, nccl_version=nccl_version)
     nccl = plan_from_facts(facts, override=override, debug=debug)
     findings += _process_count_findings(config, nproc, env, facts.host.gpus)
     launch_env = {**env, **nccl.env}
@@ -455,7 +457,7 @@ def launch(
         LaunchError: When an error remains (without ``force``), or torchrun is missing or
             cannot be started.
     """
-    plan = plan_launch(command, environ=environ, root=root, nproc_per_node=nproc_per_node,
+    plan = plan_launch(environ, command=command, root=root, nproc_per_node=nproc_per_node,
                        override=override, debug=debug)
     exec_plan(plan, force=force)
 

@@ -16,6 +16,7 @@ from clusterenv.findings import Finding, sort_findings
 
 __all__ = [
     "add_json",
+    "add_nccl_version",
     "add_no_nccl",
     "add_plan_options",
     "add_root",
@@ -64,6 +65,15 @@ def add_no_nccl(parser: argparse.ArgumentParser) -> None:
         "--no-nccl", action="store_true",
         help="do not ask libnccl.so.2 which interface it bootstraps on (a subprocess of about "
         "0.1 s); use clusterenv's prediction only. CLUSTERENV_NCCL_LIBRARY=none does the same",
+    )
+
+
+def add_nccl_version(parser: argparse.ArgumentParser) -> None:
+    """``--nccl-version VERSION``, as the ``nccl_version=`` of the Python entry points."""
+    parser.add_argument(
+        "--nccl-version", metavar="VERSION",
+        help="assume this NCCL version (e.g. 2.19.3) instead of detecting it; it decides, for "
+        "example, whether NCCL_IB_GID_INDEX is needed on RoCE",
     )
 
 

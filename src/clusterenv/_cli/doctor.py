@@ -6,6 +6,7 @@ import argparse
 
 from clusterenv._cli._common import (
     add_json,
+    add_nccl_version,
     add_no_nccl,
     add_root,
     add_source,
@@ -22,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--strict", action="store_true", help="exit 1 on warnings too, not only on errors"
     )
     add_no_nccl(parser)
+    add_nccl_version(parser)
     add_root(parser)
     add_source(parser)
 
@@ -31,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from clusterenv.diagnosis import diagnose_with_plan  # heavy imports on use
 
     environ, root = host_context(args)
-    findings, _, facts = diagnose_with_plan(environ=environ, root=root, ask_nccl=not args.no_nccl)
+    findings, _, facts = diagnose_with_plan(environ, root=root, ask_nccl=not args.no_nccl,
+                                            nccl_version=args.nccl_version)
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     failing = counts["error"] + (counts["warning"] if args.strict else 0)
     if args.json:

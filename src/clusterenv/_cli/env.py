@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from clusterenv._cli._common import (
+    add_nccl_version,
     add_no_nccl,
     add_plan_options,
     add_root,
@@ -50,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "node (static rendezvous on PRIMARY_ADDR:PRIMARY_PORT)",
     )
     add_no_nccl(parser)
+    add_nccl_version(parser)
     add_root(parser)
     add_source(parser)
 
@@ -119,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
     check = check_config(environ, root=root)
     if check.config is None:
         raise ConfigError(check.problems, source=check.source)
-    plan = plan_nccl_env(environ=environ, root=root, config=check.config, debug=args.debug,
-                         override=args.override)
+    plan = plan_nccl_env(environ, root=root, config=check.config, debug=args.debug,
+                         override=args.override, nccl_version=args.nccl_version)
     exports = dict(plan.env)
     if args.torchrun:
         from clusterenv.launch import torchrun_env

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from clusterenv._cli._common import (
     add_json,
+    add_nccl_version,
     add_plan_options,
     add_root,
     add_source,
@@ -52,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="processes on this node (default: NUM_TRAINERS, else the visible GPUs, else 1)",
     )
     add_plan_options(parser)
+    add_nccl_version(parser)
     parser.add_argument(
         "--force", action="store_true",
         help="start the job even when an error remains after the plan (by default launch "
@@ -102,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
         )
     environ, root = host_context(args)
     plan = plan_launch(
-        command, environ=environ, root=root, nproc_per_node=args.nproc_per_node,
-        override=args.override, debug=args.debug,
+        environ, command=command, root=root, nproc_per_node=args.nproc_per_node,
+        override=args.override, debug=args.debug, nccl_version=args.nccl_version,
         torchrun=["torchrun"] if args.root is not None else None,
     )
     refused = plan.refused and not args.force

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterenv._cli._common import (
     add_json,
+    add_nccl_version,
     add_no_nccl,
     add_root,
     add_source,
@@ -33,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--debug", action="store_true", help="plan NCCL_DEBUG=INFO too, as `env --debug` would"
     )
     add_no_nccl(parser)
+    add_nccl_version(parser)
     add_root(parser)
     add_source(parser)
 
@@ -178,8 +180,9 @@ def run(args: argparse.Namespace) -> int:
     from clusterenv.errors import ConfigError
 
     environ, root = host_context(args)
-    findings, plan, facts = diagnose_with_plan(environ=environ, root=root, debug=args.debug,
-                                               ask_nccl=not args.no_nccl)
+    findings, plan, facts = diagnose_with_plan(environ, root=root, debug=args.debug,
+                                               ask_nccl=not args.no_nccl,
+                                               nccl_version=args.nccl_version)
     if facts.config is None:
         check = facts.check
         raise ConfigError(check.problems if check else (), source=facts.source)

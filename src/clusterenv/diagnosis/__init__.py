@@ -56,8 +56,8 @@ _REDUNDANT = frozenset({"plan-config-invalid"})
 
 
 def diagnose_with_plan(
-    *,
     environ: Mapping[str, str] | None = None,
+    *,
     root: str | os.PathLike[str] = "/",
     nccl_version: str | None = None,
     debug: bool = False,
@@ -158,8 +158,8 @@ def _ask_nccl(
 
 
 def doctor(
-    *,
     environ: Mapping[str, str] | None = None,
+    *,
     root: str | os.PathLike[str] = "/",
     nccl_version: str | None = None,
 ) -> list[Finding]:

@@ -113,7 +113,8 @@ class NcclPlan:
         notes: What was left alone and why, e.g. ``("single node: nothing to set",)``.
         multi_node: Whether the cluster spans several nodes (nothing is planned otherwise).
         cluster_interface: The interface chosen for cluster traffic, e.g. ``"ens1"``.
-        nccl_version: The NCCL version found, e.g. ``"2.21.5"``; None when unknown or not needed.
+        nccl_version: The NCCL version found, e.g. ``"2.21.5"``; None when unknown, and on a
+            single node or an invalid environment (nothing is planned, the version is not read).
     """
 
     changes: tuple[EnvChange, ...] = ()
@@ -145,8 +146,8 @@ class NcclPlan:
 
 
 def plan_nccl_env(
-    *,
     environ: Mapping[str, str] | None = None,
+    *,
     root: str | os.PathLike[str] = "/",
     config: ClusterConfig | None = None,
     network: NetworkInterfaces | None = None,
@@ -222,8 +223,10 @@ def plan_from_facts(facts: Facts, *, debug: bool = False, override: bool = False
     cluster = facts.cluster_interface if facts.multi_node else None
     if cluster is not None and facts.management_reason(cluster) is not None:
         cluster = None  # found, but refused: nothing carries cluster traffic
+    # Read on every multi-node plan (whether or not a check needed it), never on a single node:
+    # the field depends on the inputs only, not on what touched the facts first.
     version = None
-    if "nccl_versions" in facts.__dict__ and facts.nccl_versions:  # only when it was needed
+    if facts.config is not None and facts.multi_node and facts.nccl_versions:
         version = str(facts.nccl_versions[0])
     return NcclPlan(
         changes=tuple(changes),
@@ -321,6 +324,7 @@ def apply_nccl_defaults(
     override: bool = False,
     debug: bool = False,
     root: str | os.PathLike[str] = "/",
+    nccl_version: str | None = None,
 ) -> NcclPlan:
     """Apply :func:`plan_nccl_env` to ``environ`` (default ``os.environ``) and return the plan.
 
@@ -334,6 +338,7 @@ def apply_nccl_defaults(
         override: Replace user values that differ from the evidenced ones.
         debug: Also set ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET`` when unset.
         root: ``/`` or a host snapshot.
+        nccl_version: Assume this NCCL version (e.g. ``"2.19.3"``) instead of detecting it.
 
     Returns:
         The plan that was applied.
@@ -343,7 +348,8 @@ def apply_nccl_defaults(
             ``torch.distributed`` is already initialised (the changes come too late for it).
     """
     target: MutableMapping[str, str] = os.environ if environ is None else environ
-    plan = plan_nccl_env(environ=target, root=root, debug=debug, override=override)
+    plan = plan_nccl_env(target, root=root, debug=debug, override=override,
+                         nccl_version=nccl_version)
     if plan.env and _torch_distributed_initialised():
         warnings.warn(
             "torch.distributed is already initialised: NCCL and Gloo read these variables when "

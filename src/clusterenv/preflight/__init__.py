@@ -145,8 +145,8 @@ def _local_primary_address(facts: Facts, primary: str) -> str | None:
 
 
 def preflight(
-    *,
     environ: Mapping[str, str] | None = None,
+    *,
     root: str | os.PathLike[str] = "/",
     timeout: float = 30.0,
     port: int | None = None,
