@@ -80,6 +80,8 @@ def test_runpod_unset_nccl_says_eth0_then_env_makes_it_ens1(sim_cluster: Cluster
             and printed.stderr.count("# nccl ") == 1), printed.describe()
     result, report = run_json(worker, f'eval "$({cli} env)" && {cli} doctor --json')
     assert result.returncode == 0, result.describe()
+    quiet = worker.run([*CLI, "env", "--no-nccl"], env=worker.env(), timeout=60)
+    assert quiet.stdout == printed.stdout and "# nccl " not in quiet.stderr, quiet.describe()
 
 
 def test_turned_off_or_misconfigured(sim_cluster: ClusterFactory) -> None:

@@ -140,6 +140,12 @@ def test_nccl_debug_file_is_not_written(library: NcclLibrary, tmp_path: Path) ->
                           "NCCL_SOCKET_IFNAME": "lo"}], library)
     assert answer.interface == "lo"
     assert not target.exists()
+    # The same from an NCCL config file, which NCCL applies under the environment.
+    conf = tmp_path / "nccl.conf"
+    conf.write_text(f"NCCL_DEBUG_FILE={target}\nNCCL_SOCKET_IFNAME==lo\n")
+    [answer] = ask_nccl([{**CLEAN, "NCCL_CONF_FILE": str(conf)}], library)
+    assert (answer.interface, answer.error) == ("lo", None)
+    assert not target.exists()
 
 
 def test_deadline_kills_the_probe(library: NcclLibrary) -> None:

@@ -51,9 +51,10 @@ _LD_CACHE = "/etc/ld.so.cache"
 _MAX_LD_DIRS = 32
 _CHILD = Path(__file__).with_name("_probe_child.py")
 _MARKER = "@@clusterenv-nccl-probe"
-#: Set in the probe's environment so that NCCL prints its choice on stdout and nothing else
-#: changes; NCCL_DEBUG_FILE is removed for the same reason.
-_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,BOOTSTRAP,ENV,NET"}
+#: Set in the probe's environment so that NCCL prints its choice on stdout (also over an
+#: NCCL_DEBUG_FILE from the environment or an NCCL config file) and nothing else changes.
+_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,BOOTSTRAP,ENV,NET",
+              "NCCL_DEBUG_FILE": "/dev/stdout"}
 _BOOTSTRAP = re.compile(r"NCCL INFO Bootstrap ?: Using (\S+)<(\d+)>")
 # Nothing selected: by NCCL_SOCKET_IFNAME and the defaults, or (NCCL_COMM_ID) no subnet matches.
 _NOTHING = re.compile(r"NCCL WARN (?:Bootstrap ?: no socket interface found|"
@@ -267,11 +268,9 @@ def parse_probe_output(text: str) -> NcclAnswer:
 
 
 def probe_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` as the probe gives it to NCCL: with ``NCCL_DEBUG=INFO`` and the subsystems
-    that print the bootstrap choice, and without ``NCCL_DEBUG_FILE``."""
-    env = {k: v for k, v in environ.items() if k != "NCCL_DEBUG_FILE"}
-    env.update(_DEBUG_ENV)
-    return env
+    """``environ`` as the probe gives it to NCCL: with ``NCCL_DEBUG=INFO``, the subsystems
+    that print the bootstrap choice, and ``NCCL_DEBUG_FILE=/dev/stdout``."""
+    return {**environ, **_DEBUG_ENV}
 
 
 def ask_nccl(
