@@ -170,7 +170,7 @@ def _measure(args: argparse.Namespace, started: float) -> BenchResult:
             worker += ["--iters", str(args.iters)]
         if args.warmup is not None:
             worker += ["--warmup", str(args.warmup)]
-        plan = plan_launch(worker, environ=environ, root=root, nproc_per_node=nproc,
+        plan = plan_launch(environ, command=worker, root=root, nproc_per_node=nproc,
                            override=args.override, debug=args.debug, torchrun=torchrun)
         env = dict(plan.environ)
         env[RESULT_ENV] = str(result_file)
