@@ -153,7 +153,7 @@ class ConnectionLoop:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.listen_addr, self._requested_port))
-            sock.listen(max(128, min(socket.SOMAXCONN, self._max_pending + 1)))
+            sock.listen(socket.SOMAXCONN)  # a burst waits in the kernel, never drops a SYN
             sock.setblocking(False)
         except BaseException:
             sock.close()

@@ -1,0 +1,118 @@
+"""Preflight under a connection flood: the primary's memory and the honest nodes' verdict time.
+
+A real primary (:func:`clusterenv.preflight.serve_primary`) runs in a child process of its own
+on 127.0.0.1 and reports its peak resident memory (``ru_maxrss``) when it is done. Three honest
+nodes (:func:`clusterenv.preflight.run_node`, the code ``clusterenv preflight`` runs) report to
+it from threads of this process. Three runs, one after the other:
+
+- *baseline*: nothing else connects;
+- *junk*: 300 connections that each send a few bytes of garbage or nothing and close, opened
+  from 8 threads while the honest nodes report;
+- *idle*: 500 connections opened before the nodes start and held open, silent, until the end.
+
+The time is from the nodes' start to the last node holding its verdict. Goals (exit 1 when
+missed): under attack, the verdict within the baseline time + 1 s, and the primary's peak RSS
+under 64 MB.
+
+Run: ``python benchmarks/bench_preflight_hostile.py``
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from clusterenv.preflight import Fingerprint, run_node
+
+NODES = 4
+RSS_GOAL_MB = 64.0
+SLACK_S = 1.0
+
+_PRIMARY = """
+import json, resource, sys
+from clusterenv.preflight import Fingerprint, serve_primary
+own = Fingerprint(rank=0, num_nodes={nodes}, num_trainers=8, hostname="node-0",
+                  interface="ens1", mtu=9000, env={{"NCCL_SOCKET_IFNAME": "ens1"}})
+def ready(port):
+    print(port, flush=True)
+verdict = serve_primary(own, listen_addr="127.0.0.1", port=0, expected_nodes={nodes},
+                        timeout=30, on_listening=ready)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({{"rss_mb": usage.ru_maxrss / 1024, "exit_code": verdict.exit_code,
+                   "reported": verdict.reported, "rejected": verdict.rejected_total}}))
+"""
+
+
+def honest(rank: int) -> Fingerprint:
+    return Fingerprint(rank=rank, num_nodes=NODES, num_trainers=8, hostname=f"node-{rank}",
+                       interface="ens1", mtu=9000, env={"NCCL_SOCKET_IFNAME": "ens1"})
+
+
+def junk(port: int, count: int, stop: threading.Event) -> None:
+    for i in range(count):
+        if stop.is_set():
+            return
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+                if i % 2:
+                    sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        except OSError:
+            pass
+
+
+def run(scenario: str) -> tuple[float, dict[str, float]]:
+    child = subprocess.Popen([sys.executable, "-c", _PRIMARY.format(nodes=NODES)],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    port = int(child.stdout.readline())
+    held: list[socket.socket] = []
+    stop = threading.Event()
+    flooders: list[threading.Thread] = []
+    if scenario == "idle":
+        held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(500)]
+    start = time.monotonic()
+    if scenario == "junk":
+        flooders = [threading.Thread(target=junk, args=(port, 300 // 8 + 1, stop))
+                    for _ in range(8)]
+        for thread in flooders:
+            thread.start()
+    with ThreadPoolExecutor(NODES - 1) as pool:
+        futures = [pool.submit(run_node, honest(r), primary_addr="127.0.0.1", port=port,
+                               timeout=20) for r in range(1, NODES)]
+        verdicts = [f.result(60) for f in futures]
+    elapsed = time.monotonic() - start
+    stop.set()
+    for thread in flooders:
+        thread.join()
+    for sock in held:
+        sock.close()
+    report = json.loads(child.stdout.readline())
+    child.wait(30)
+    assert all(v.exit_code == 0 for v in verdicts), verdicts
+    return elapsed, report
+
+
+def main() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 4096), hard), hard))
+    base, base_report = run("baseline")
+    print(f"baseline : verdict in {base:.3f} s, primary peak RSS {base_report['rss_mb']:.1f} MB")
+    failed = False
+    for scenario, label in (("junk", "300 junk connections"), ("idle", "500 idle connections")):
+        took, report = run(scenario)
+        ok = took <= base + SLACK_S and report["rss_mb"] < RSS_GOAL_MB
+        failed |= not ok
+        print(f"{label:22}: verdict in {took:.3f} s (goal <= {base + SLACK_S:.3f}), primary peak "
+              f"RSS {report['rss_mb']:.1f} MB (goal < {RSS_GOAL_MB:.0f}), "
+              f"{int(report['rejected'])} refused — {'ok' if ok else 'MISSED'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
