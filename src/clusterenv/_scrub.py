@@ -20,10 +20,12 @@ __all__ = [
     "CLUSTER_VARIABLE_PREFIXES",
     "NOT_CLUSTER_VARIABLES",
     "SECRET_MARKERS",
+    "SECRET_WORDS",
     "Scrubber",
     "cluster_environ",
     "is_cluster_name",
     "is_secret_name",
+    "scrub_value",
 ]
 
 #: Variables kept in a snapshot by exact name.
@@ -74,32 +76,58 @@ NOT_CLUSTER_VARIABLES: frozenset[str] = frozenset(
         "NODE_REPL_HISTORY",
     }
 )
-#: A variable whose upper-cased name contains one of these is never written, whatever its prefix.
+#: A variable whose upper-cased name contains one of these anywhere is never written, whatever
+#: its prefix (``HF_TOKEN``, ``DB_PASSWORD``, ``MY_APIKEY``, ``SSH_AUTH_SOCK``).
 SECRET_MARKERS: tuple[str, ...] = (
     "TOKEN",
-    "KEY",
     "SECRET",
-    "PASSWORD",
-    "PASSWD",
+    "PASSW",
     "CREDENTIAL",
+    "PRIVATE",
+    "COOKIE",
+    "SESSION",
+    "APIKEY",
+    "ACCESSKEY",
     "AUTH",
 )
+#: … and one whose name has one of these as a whole word (between ``_``) is never written either
+#: (``AWS_ACCESS_KEY_ID``, ``MASTER_PASS``, ``NODE_PW``, ``PRIMARY_PWD``, ``FI_EFA_PSK``), while
+#: ``NCCL_IB_PKEY``, a partition key that must match across nodes, is kept.
+SECRET_WORDS: frozenset[str] = frozenset(
+    {"KEY", "KEYS", "PASS", "PW", "PWD", "PSK", "CRED", "CREDS", "PASSPHRASE", "PIN", "OTP"}
+)
+
+_WORDS = re.compile(r"[^A-Z0-9]+")
+# scheme://user:password@host -> scheme://***@host (the userinfo of a URL anywhere in a value)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]+@")
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether a variable name looks like it holds a secret, e.g. ``CLUSTERENV_PREFLIGHT_TOKEN``."""
+    """Whether a variable name looks like it holds a secret, e.g. ``CLUSTERENV_PREFLIGHT_TOKEN``,
+    ``MASTER_PASS`` or ``NCCL_IB_KEY``; ``NCCL_IB_PKEY`` (a partition key) is not one."""
     upper = name.upper()
-    return any(marker in upper for marker in SECRET_MARKERS)
+    if any(marker in upper for marker in SECRET_MARKERS):
+        return True
+    return any(word in SECRET_WORDS for word in _WORDS.split(upper))
+
+
+def scrub_value(value: str) -> str:
+    """``value`` with the credentials of every URL in it replaced by ``***``, e.g.
+    ``"etcd://root:pw@10.65.0.2:2379"`` -> ``"etcd://***@10.65.0.2:2379"``."""
+    if "@" not in value:
+        return value
+    return _USERINFO.sub(lambda m: f"{m.group(1)}***@", value)
 
 
 def cluster_environ(environ: Mapping[str, str]) -> dict[str, str]:
     """The cluster-relevant, non-secret variables of ``environ``, sorted by name.
 
     Example: ``{"NCCL_DEBUG": "INFO", "PRIMARY_ADDR": "10.65.0.2", "HF_TOKEN": "x"}`` gives
-    ``{"NCCL_DEBUG": "INFO", "PRIMARY_ADDR": "10.65.0.2"}``.
+    ``{"NCCL_DEBUG": "INFO", "PRIMARY_ADDR": "10.65.0.2"}``; credentials in a URL are replaced
+    (``PET_RDZV_ENDPOINT=etcd://***@10.65.0.2:2379``).
     """
     return {
-        name: environ[name]
+        name: scrub_value(environ[name])
         for name in sorted(environ)
         if is_cluster_name(name) and not is_secret_name(name)
     }

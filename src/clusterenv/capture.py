@@ -21,6 +21,7 @@ import ipaddress
 import json
 import os
 import pwd
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -32,7 +33,13 @@ from clusterenv import __version__
 from clusterenv._addresses import address_map, parse_address
 from clusterenv._root import HOST_JSON, SNAPSHOT_FORMAT, Root, as_root
 from clusterenv._routes import read_table
-from clusterenv._scrub import Scrubber, cluster_environ, is_secret_name
+from clusterenv._scrub import (
+    Scrubber,
+    cluster_environ,
+    is_cluster_name,
+    is_secret_name,
+    scrub_value,
+)
 from clusterenv.errors import ClusterEnvError
 from clusterenv.host import live_process_facts
 from clusterenv.nccl.version import detect_nccl_versions
@@ -62,6 +69,7 @@ _NET_FILES = (
     "name_assign_type",
     "uevent",
 )
+_SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IB_DEVICE_FILES = ("node_type", "hca_type", "hw_rev", "fw_ver", "board_id")
 _IB_GUID_FILES = ("node_guid", "sys_image_guid")
 _IB_PORT_FILES = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid", "cap_mask")
@@ -326,7 +334,7 @@ class _Writer:
             text = self.host.read(relative)
             if text is None:
                 continue
-            self.put(relative.lstrip("/"), _without_secret_lines(text))
+            self.put(relative.lstrip("/"), _setting_lines(text))
             if relative == user_conf:
                 found_home = home
         return found_home
@@ -372,13 +380,17 @@ class _Writer:
         return self.scrub.ipv6_interface(address).with_prefixlen
 
 
-def _without_secret_lines(text: str) -> str:
-    """An NCCL config with any ``NAME=value`` line whose name looks secret left out."""
-    kept = [
-        line
-        for line in text.splitlines()
-        if not is_secret_name(line.split("=", 1)[0].strip()) or "=" not in line
-    ]
+def _setting_lines(text: str) -> str:
+    """An NCCL config reduced to what NCCL reads from it that a snapshot may keep: the
+    ``NAME=value`` lines whose name is a cluster variable (``NCCL_*``, …) and does not look
+    secret, URL credentials replaced. Comments and every other line (a ``DATABASE_URL``, a
+    netrc or git-credential line) are left out."""
+    kept = []
+    for line in text.splitlines():
+        name, equals, value = line.partition("=")
+        if equals and _SETTING_NAME.fullmatch(name) and is_cluster_name(name) \
+                and not is_secret_name(name):
+            kept.append(f"{name}={scrub_value(value)}")
     return "\n".join(kept)
 
 

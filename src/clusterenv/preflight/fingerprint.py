@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from clusterenv._jsonable import json_fields
 from clusterenv._root import Root, as_root
+from clusterenv._scrub import is_secret_name as _is_secret_name
+from clusterenv._scrub import scrub_value
 from clusterenv._text import clip
 from clusterenv.findings import Finding
 from clusterenv.preflight.wire import WireError
@@ -47,7 +48,6 @@ ENV_PREFIXES: tuple[str, ...] = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIB
 #: … and these names.
 ENV_EXACT: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "TP_SOCKET_IFNAME")
 
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _MAX_TEXT = 512
 _MAX_VALUE = 4096
 _MAX_ENV = 256
@@ -56,18 +56,20 @@ _MAX_INT = 1 << 31
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether a variable name looks like it holds a secret (``TOKEN``, ``KEY``, ``SECRET``, …);
-    such variables are never sent, e.g. ``is_secret_name("NCCL_IB_KEY")`` is True."""
-    return _SECRET.search(name) is not None
+    """Whether a variable name looks like it holds a secret (``TOKEN``, ``KEY``, ``SECRET``,
+    ``PASS``, ``PSK``, …; the same rule as a host snapshot's); such variables are never sent,
+    e.g. ``is_secret_name("NCCL_IB_KEY")`` is True, ``is_secret_name("NCCL_IB_PKEY")`` False."""
+    return _is_secret_name(name)
 
 
 def compared_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables a fingerprint carries, sorted, secrets left out.
+    """The variables a fingerprint carries, sorted, secrets left out and URL credentials
+    replaced (``https://***@host/…``).
 
     Example: ``{"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_SOCKET_IFNAME": "ens1"}``.
     """
     chosen = {
-        name: value[:_MAX_VALUE]
+        name: scrub_value(value)[:_MAX_VALUE]
         for name, value in environ.items()
         if (name.startswith(ENV_PREFIXES) or name in ENV_EXACT) and not is_secret_name(name)
     }
