@@ -139,7 +139,9 @@ def test_doctor_exit_codes_and_strict(tmp_path: Path, capsys: pytest.CaptureFixt
     broken = b0(tmp_path / "broken", environ={**B0_ENV, "NCCL_SOCKET_IFNAME": "eth0"}).root
     assert main(["doctor", "--root", str(broken), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"config", "findings", "summary"}
+    assert set(data) == {"config", "assumed", "findings", "summary"}
+    assert data["assumed"]["source"].startswith("runpod (")
+    assert data["assumed"]["layout"] == "2 nodes x 8 processes per node (16 in the job)"
     assert data["summary"]["error"] >= 1
     finding = next(f for f in data["findings"] if f["code"] == "filter-selects-avoided")
     assert set(finding) == {"code", "severity", "title", "evidence", "fix"}

@@ -148,3 +148,23 @@ def test_launch_refuses_a_kept_management_interface(sim_cluster: ClusterFactory)
     # Without the user's value, the plan fixes every socket variable and launch is content.
     planned = sh(worker, f"{CLI} launch --dry-run -- train.py")
     assert planned.returncode == 0, planned.describe()
+
+
+def test_a_node_that_lost_its_cluster_variables_is_called_out(
+    sim_cluster: ClusterFactory,
+) -> None:
+    """All cluster variables gone (e.g. through sudo) on a node with eth0 172.x and ens1 10.65.x:
+    doctor says the local default was assumed and warns; launch would go --standalone."""
+    cluster = sim_cluster(2, trainers=2, hosts="management-all")
+    node = cluster.nodes[1]
+    lost = dict.fromkeys(node.runpod_env())
+    text = sh(node, f"{CLI} doctor", **lost)
+    assert text.returncode == 0, text.describe()  # a warning: one node may be intended
+    assert text.stdout.startswith("assumed:\n  source: local"), text.describe()
+    assert "the local default, this machine alone" in text.stdout
+    assert "WARNING [cluster-variables-missing]" in text.stdout, text.describe()
+    assert "interface eth0 172.20.0.11 (Runpod's management range)" in text.stdout
+    assert "interface ens1 10.65.0.3" in text.stdout
+    launch = sh(node, f"{CLI} launch --dry-run -- train.py", **lost)
+    assert "--standalone" in launch.stdout, launch.describe()
+    assert "[cluster-variables-missing]" in launch.stdout, launch.describe()

@@ -207,3 +207,59 @@ def test_snapshot_hosts_resolution() -> None:
     assert from_hosts("10.65.0.7", hosts, where="/etc/hosts").addresses == ("10.65.0.7",)
     missing = from_hosts("node-1", hosts, where="/etc/hosts")
     assert missing.status == "unknown" and not missing.addresses
+
+
+# -- what doctor assumed, and a cluster node without cluster variables -------------------------
+
+
+@pytest.mark.parametrize(
+    ("interfaces", "environ", "warned"),
+    [
+        # Runpod's layout: eth0 on 172.16.0.0/12 beside ens1.
+        ({"eth0": "172.20.0.11/16", "ens1": "10.65.0.3/24"}, {}, True),
+        # Several cluster NICs (IPoIB).
+        ({"eth0": "192.168.1.5/24", "ib0": "10.10.0.5/16", "ib1": "10.11.0.5/16"}, {}, True),
+        # A laptop, a Docker container, a VM with one NIC: nothing to say.
+        ({"wlan0": "192.168.1.23/24"}, {}, False),
+        ({"eth0": "172.17.0.2/16"}, {}, False),
+        ({"ens33": "192.168.56.10/24"}, {}, False),
+        # One node on purpose.
+        ({"eth0": "172.20.0.11/16", "ens1": "10.65.0.3/24"}, {"CLUSTERENV_SOURCE": "local"},
+         False),
+        # Variables present: not the local default.
+        ({"eth0": "172.20.0.11/16", "ens1": "10.65.0.3/24"}, dict(B0_ENV), False),
+    ],
+)
+def test_cluster_node_without_cluster_variables(
+    tmp_path: Path, interfaces: dict[str, str], environ: dict[str, str], warned: bool
+) -> None:
+    host = HostBuilder(tmp_path).loopback()
+    for name, address in interfaces.items():
+        host.interface(name, addresses=[address])
+    found = by_code(doctor(environ=environ, root=tmp_path), "cluster-variables-missing")
+    assert (found is not None) == warned, found
+    if found is not None:
+        assert found.severity == "warning"
+        assert "PRIMARY_ADDR/MASTER_ADDR, NODE_RANK, NUM_NODES" in found.title
+        assert "every node would train alone" in found.title
+        evidence = " ".join(found.evidence)
+        assert all(f"interface {name}" in evidence for name in interfaces
+                   if name.startswith(("ens", "ib")))
+
+
+def test_doctor_says_what_it_assumed(tmp_path: Path) -> None:
+    from clusterenv.diagnosis import diagnose_with_plan
+    from clusterenv.diagnosis.assumed import assumptions
+
+    b0(tmp_path)
+    _, _, facts = diagnose_with_plan(environ=B0_ENV, root=tmp_path)
+    assumed = assumptions(facts)
+    assert assumed.source.startswith("runpod (")
+    assert assumed.layout == "2 nodes x 8 processes per node (16 in the job)"
+    assert assumed.node == "rank 0; rendezvous 10.65.0.2:29500"
+    assert assumed.cluster_interface == "ens1 (10.65.0.2): ens1 holds NODE_ADDR 10.65.0.2"
+    assert assumed.rdma == "none found" and assumed.gpus == "8 visible"
+
+    _, _, local = diagnose_with_plan(environ={}, root=tmp_path)
+    assert assumptions(local).source.endswith("the local default, this machine alone")
+    assert assumptions(local).cluster_interface == "not needed on one node"

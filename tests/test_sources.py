@@ -284,8 +284,8 @@ def test_doctor_says_which_source_matched_and_why(
     HostBuilder(tmp_path).loopback().environ(DEEPSPEED_LOCAL)
     main(["doctor", "--root", str(tmp_path)])
     out = capsys.readouterr().out
-    assert out.startswith("source: deepspeed (RANK, LOCAL_RANK, LOCAL_SIZE, CROSS_RANK, "
-                          "CROSS_SIZE are set)")
+    assert out.startswith("assumed:\n  source: deepspeed (RANK, LOCAL_RANK, LOCAL_SIZE, "
+                          "CROSS_RANK, CROSS_SIZE are set)")
 
 
 def test_an_unknown_source_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -171,6 +171,9 @@ CODES: dict[str, CodeInfo] = {
     "launcher-missing": CodeInfo(
         "doctor", "info", "No per-process ranks: the script needs a launcher"
     ),
+    "cluster-variables-missing": CodeInfo(
+        "doctor", "warning", "No cluster variable is set on a host that looks like a cluster node"
+    ),
     "plan-config-invalid": CodeInfo(
         "doctor", "warning", "The cluster environment is invalid: nothing is planned"
     ),

@@ -31,18 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print findings; exit 1 on errors (with ``--strict`` also on warnings), else 0."""
     from clusterenv.diagnosis import diagnose_with_plan  # heavy imports on use
+    from clusterenv.diagnosis.assumed import assumptions
 
     environ, root = host_context(args)
     findings, _, facts = diagnose_with_plan(environ, root=root, ask_nccl=not args.no_nccl,
                                             nccl_version=args.nccl_version)
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     failing = counts["error"] + (counts["warning"] if args.strict else 0)
+    assumed = assumptions(facts)
     if args.json:
-        emit_json({"config": facts.config, "findings": findings, "summary": counts})
+        emit_json({"config": facts.config, "assumed": assumed, "findings": findings,
+                   "summary": counts})
     else:
-        check = facts.check
-        if check is not None:
-            why = f" ({check.reason})" if check.reason else ""
-            print(f"source: {check.source}{why}\n")
+        print("assumed:")
+        print("\n".join(f"  {line}" for line in assumed.lines()) + "\n")
         print(render_findings(findings))
     return 1 if failing else 0

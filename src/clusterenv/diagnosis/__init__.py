@@ -34,6 +34,7 @@ from collections.abc import Mapping
 
 from clusterenv._facts import Facts
 from clusterenv._root import as_root
+from clusterenv.diagnosis.assumed import cluster_variables_missing
 from clusterenv.diagnosis.host import host_checks
 from clusterenv.diagnosis.network import network_checks
 from clusterenv.diagnosis.rdma import rdma_checks
@@ -103,6 +104,7 @@ def diagnose_facts(
     findings += rendezvous_checks(facts)
     findings += rdma_checks(facts)
     findings += host_checks(facts)
+    findings += cluster_variables_missing(facts)
     if facts.bootstrap is not None:
         findings += bootstrap_findings(facts, facts.bootstrap)
     unique = list(dict.fromkeys(findings))
