@@ -322,6 +322,8 @@ def test_device_suffixes_are_kept() -> None:
 
 @pytest.mark.parametrize(("endpoint", "expected"), [
     ("eno1:avahi:<address><0>", ("eno1:avahi", None)),
+    ("eno1:1:<address><0>", ("eno1:1", None)),  # the address redacted whole
+    ("eno1:<address><0>", ("eno1", None)),
     ("eno1:avahi:169.254.7.7<0>", ("eno1:avahi", "169.254.7.7")),
     ("eth0:1:10.0.0.5<0>", ("eth0:1", "10.0.0.5")),
     ("eth0:172.1", ("eth0", None)),  # cut short: not an alias

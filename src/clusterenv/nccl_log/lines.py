@@ -253,10 +253,15 @@ def _endpoint(token: str) -> SocketEndpoint | None:
         if parse_ip(body[colon + 1 :]) is not None:
             return SocketEndpoint(body[:colon], body[colon + 1 :])
         colon = body.find(":", colon + 1)
-    # No address (cut short or redacted): keep alias labels such as "eno1:avahi", which cannot be
-    # the start of an address (a letter beyond a-f), so a cut "eth0:172.1" stays "eth0".
+    # No address (cut short or redacted): keep alias labels. A label that cannot start an
+    # address (a letter beyond a-f: "eno1:avahi") is one; so is every label before an address
+    # redacted whole ("eno1:1:<address><0>": NCCL's "<port>" is still there). A line cut short
+    # has no "<": "eth0:172.1" stays "eth0".
     name = body[:first]
-    for label in body[first + 1 :].split(":"):
+    labels = body[first + 1 :].split(":")
+    if "<" in token and body.endswith(":"):
+        return SocketEndpoint(":".join([name, *labels[:-1]]), None)
+    for label in labels:
         if not _ALIAS.fullmatch(label):
             break
         name += ":" + label
