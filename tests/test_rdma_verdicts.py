@@ -297,3 +297,40 @@ def test_preflight_names_the_port_in_init_on_the_node_left_on_sockets(tmp_path: 
     assert "rank 2 (10.65.0.4) has none (TCP sockets)" in transport.title
     assert f"rank 2 (10.65.0.4): {fp.rdma.inactive[0]}" in transport.evidence
     assert "subnet manager" in transport.fix
+
+
+# -- GID settings NCCL ignores ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "title", "fix"),
+    [
+        ({"NCCL_IB_ADDR_FAMILY": "ipv6"}, "NCCL_IB_ADDR_FAMILY='ipv6': NCCL compares it with "
+         "AF_INET and AF_INET6 exactly, so it uses AF_INET", "export NCCL_IB_ADDR_FAMILY=AF_INET6"),
+        ({"NCCL_IB_ADDR_RANGE": "10.99.91.0"}, "NCCL_IB_ADDR_RANGE='10.99.91.0': NCCL ignores "
+         "it: it is not ADDRESS/LENGTH", "export NCCL_IB_ADDR_RANGE=10.99.91.38/31 (or unset it)"),
+        ({"NCCL_IB_ADDR_RANGE": "fd00::/8"}, "NCCL_IB_ADDR_RANGE='fd00::/8': NCCL ignores it: "
+         "'fd00::' is not an IPv4 address (NCCL_IB_ADDR_FAMILY=AF_INET)",
+         "export NCCL_IB_ADDR_RANGE=10.99.91.38/31 (or unset it)"),
+        ({"NCCL_IB_ADDR_RANGE": "10.99.0.0/40"}, "NCCL_IB_ADDR_RANGE='10.99.0.0/40': NCCL "
+         "ignores it: the length '40' is above 32",
+         "export NCCL_IB_ADDR_RANGE=10.99.91.38/31 (or unset it)"),
+        ({"NCCL_IB_ROCE_VERSION_NUM": "3"}, "NCCL_IB_ROCE_VERSION_NUM='3': NCCL reads 3, a RoCE "
+         "version no GID has", "unset NCCL_IB_ROCE_VERSION_NUM"),
+    ],
+)
+def test_gid_settings_nccl_ignores(
+    tmp_path: Path, setting: dict[str, str], title: str, fix: str
+) -> None:
+    root = PROFILES["roce-show-gids-mlx5_0"].build(tmp_path)
+    (finding,) = of(run(root, "2.23.4", **setting), "ib-gid-setting-ignored")
+    assert (finding.severity, finding.title, finding.fix) == ("warning", title, fix)
+
+
+def test_gid_settings_that_work_or_do_not_exist_yet(tmp_path: Path) -> None:
+    root = PROFILES["roce-show-gids-mlx5_0"].build(tmp_path)
+    fine = {"NCCL_IB_ADDR_FAMILY": "AF_INET", "NCCL_IB_ADDR_RANGE": "10.99.91.0/24",
+            "NCCL_IB_ROCE_VERSION_NUM": "2"}
+    assert not of(run(root, "2.23.4", **fine), "ib-gid-setting-ignored", *GID_UNREACHABLE)
+    (old,) = of(run(root, "2.19.3", NCCL_IB_ADDR_FAMILY="AF_INET6"), "ib-gid-setting-ignored")
+    assert old.severity == "info" and "older than 2.21" in old.title

@@ -272,6 +272,9 @@ CODES: dict[str, CodeInfo] = {
         "doctor", "error", "NCCL will use a link-local RoCE GID, which reaches no other node"
     ),
     "ib-gid-missing": CodeInfo("doctor", "error", "NCCL will use an empty RoCE GID slot"),
+    "ib-gid-setting-ignored": CodeInfo(
+        "doctor", "warning", "NCCL ignores or cannot match a RoCE GID setting"
+    ),
     "ib-gid-roce-v1": CodeInfo(
         "doctor", "warning", "NCCL will use a RoCE v1 GID, which is not routed"
     ),

@@ -11,12 +11,13 @@ fabric), and not slower than the rails (a 100 GbE front-end beside 400 GbE rails
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from clusterenv._facts import Facts, Proposal, with_origin
 from clusterenv.filters import IB_HCA, lint_filter, parse_filter, render_exact
 from clusterenv.findings import Finding
-from clusterenv.nccl.roce import gid_plan, gid_value_findings
+from clusterenv.nccl.roce import gid_plan, gid_setting_findings, gid_value_findings
 from clusterenv.nccl.version import versions_text
 from clusterenv.rdma import RdmaDevice, RdmaPort, port_transport
 from clusterenv.sources import runpod
@@ -207,9 +208,21 @@ def _hca_value(facts: Facts, value: str, origin: str) -> list[Finding]:
 
 
 def _gid_value(facts: Facts, value: str, origin: str) -> list[Finding]:
+    return gid_value_findings(facts, value, origin, _roce_ports(facts))
+
+
+def _roce_ports(facts: Facts) -> list[Pair]:
+    """The RoCE ports NCCL will use: the listed ones, else every openable one."""
     ports = [(d, p) for d, p in nccl_ports(facts) if p.link_layer == "Ethernet"]
     selected = [(d, p) for d, p in select_hcas(facts).selected if p.link_layer == "Ethernet"]
-    return gid_value_findings(facts, value, origin, selected or ports)
+    return selected or ports
+
+
+def _gid_setting(name: str) -> Callable[[Facts, str, str], list[Finding]]:
+    def check(facts: Facts, value: str, origin: str) -> list[Finding]:
+        return gid_setting_findings(facts, name, value, origin, _roce_ports(facts))
+
+    return check
 
 
 def _ib_disabled(facts: Facts, value: str, origin: str) -> list[Finding]:
@@ -236,7 +249,9 @@ def rdma_value_findings(facts: Facts) -> list[tuple[str, Finding]]:
     """Lint the RDMA variables the user set (FM-07, FM-08, FM-09, FM-27, FM-28)."""
     out: list[tuple[str, Finding]] = []
     checks = (("NCCL_IB_HCA", _hca_value), ("NCCL_IB_GID_INDEX", _gid_value),
-              ("NCCL_IB_DISABLE", _ib_disabled))
+              ("NCCL_IB_DISABLE", _ib_disabled),
+              *((name, _gid_setting(name)) for name in
+                ("NCCL_IB_ADDR_FAMILY", "NCCL_IB_ADDR_RANGE", "NCCL_IB_ROCE_VERSION_NUM")))
     for variable, check in checks:
         found = facts.user_value(variable)
         if found is not None and facts.rdma.devices:

@@ -17,8 +17,10 @@ from clusterenv.findings import Finding, Severity
 from clusterenv.nccl.gid import (
     AUTO_SINCE,
     GID_VARIABLES,
+    Family,
     GidChoice,
     GidSettings,
+    _parse_range,
     choose_gid,
     gid_problem,
 )
@@ -30,6 +32,7 @@ __all__ = [
     "Case",
     "common_gid_index",
     "gid_plan",
+    "gid_setting_findings",
     "gid_value_findings",
     "settings_of",
     "version_cases",
@@ -353,3 +356,70 @@ def gid_value_findings(
             "unset NCCL_IB_GID_INDEX",
         )]
     return []
+
+
+def _range_problem(text: str, family: Family) -> str | None:
+    """Why NCCL ignores an ``NCCL_IB_ADDR_RANGE`` (``envIbAddrRange``), or None when it takes it."""
+    if not text or _parse_range(text, family) is not None:
+        return None
+    if "/" not in text:
+        return "it is not ADDRESS/LENGTH"
+    address, mask = text[:127].split("/", 1)
+    kind = "IPv4" if family == "AF_INET" else "IPv6"
+    if _parse_range(f"{address}/0", family) is None:
+        return f"{address!r} is not an {kind} address (NCCL_IB_ADDR_FAMILY={family})"
+    return f"the length {mask!r} is above {32 if family == 'AF_INET' else 128}"
+
+
+def _subnets(facts: Facts, ports: Sequence[Pair], family: str) -> list[str]:
+    """The subnets of the listed ports' interfaces, e.g. ``["10.99.0.0/24"]``."""
+    found: dict[str, None] = {}
+    for _, port in ports:
+        interface = facts.network.get(port.netdev) if port.netdev else None
+        if interface is None:
+            continue
+        addresses = interface.ipv4 if family == "AF_INET" else interface.ipv6
+        for address in addresses:
+            if not address.is_link_local:
+                found[str(address.network)] = None
+    return list(found)
+
+
+def gid_setting_findings(
+    facts: Facts, name: str, value: str, origin: str, ports: Sequence[Pair]
+) -> list[Finding]:
+    """``NCCL_IB_ADDR_FAMILY``, ``NCCL_IB_ADDR_RANGE`` or ``NCCL_IB_ROCE_VERSION_NUM`` values
+    that NCCL ignores or cannot match, and any of them with an NCCL that has no such variable."""
+    if not value or not ports:
+        return []
+    shown = f"{name}={value!r}"
+    if known_before(facts.nccl_versions, AUTO_SINCE) is True:
+        return [Finding.of(
+            "ib-gid-setting-ignored",
+            f"{shown} has no effect: NCCL {versions_text(facts.nccl_versions)} is older than "
+            "2.21, which only reads NCCL_IB_GID_INDEX",
+            (shown, f"from {origin}"),
+            f"unset {name}; the plan sets NCCL_IB_GID_INDEX for this NCCL",
+            severity="info",
+        )]
+    settings = GidSettings.read(_lookup(facts))
+    why: str | None = None
+    fix = f"unset {name}"
+    if name == "NCCL_IB_ADDR_FAMILY" and value not in ("AF_INET", "AF_INET6"):
+        why = "NCCL compares it with AF_INET and AF_INET6 exactly, so it uses AF_INET"
+        if "6" in value:
+            fix = "export NCCL_IB_ADDR_FAMILY=AF_INET6"
+    elif name == "NCCL_IB_ADDR_RANGE":
+        problem = _range_problem(value, settings.family)
+        if problem is not None:
+            why = f"NCCL ignores it: {problem}"
+            subnets = _subnets(facts, ports, settings.family)
+            if len(subnets) == 1:
+                fix = f"export NCCL_IB_ADDR_RANGE={subnets[0]} (or unset it)"
+    elif name == "NCCL_IB_ROCE_VERSION_NUM" and settings.roce_version not in (1, 2):
+        why = f"NCCL reads {settings.roce_version}, a RoCE version no GID has"
+    if why is None:
+        return []
+    return [Finding.of(
+        "ib-gid-setting-ignored", f"{shown}: {why}", (shown, f"from {origin}"), fix,
+    )]
