@@ -12,7 +12,9 @@ Run::
     python benchmarks/bench_preflight.py              # 8, 32, 128, 512 nodes, 3 runs each
     python benchmarks/bench_preflight.py 1024 --runs 1
 
-Goal: 512 nodes in under 2 s; the time should grow about linearly with the node count.
+Goal: 512 nodes in under 2 s (median; exit 1 when missed). The baseline is the smallest size in
+the same run: the printed ratio is the cost per node at each size against it, about 1 when the
+time grows linearly with the node count.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from clusterenv.preflight.wire import (
 )
 
 SIZES = (8, 32, 128, 512)
+GOAL_NODES = 512
+GOAL_SECONDS = 2.0
 
 
 def typical_fingerprint(rank: int, nodes: int) -> Fingerprint:
@@ -119,15 +123,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sizes", nargs="*", type=int, default=list(SIZES))
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-    print(f"{'nodes':>6}  {'median s':>9}  {'best s':>7}  {'primary s':>9}  {'ms/node':>8}")
+    print(f"{'nodes':>6}  {'median s':>9}  {'best s':>7}  {'primary s':>9}  {'ms/node':>8}  "
+          f"{'ratio':>6}")
+    baseline: float | None = None
+    missed = []
     for clients in args.sizes:
         results = [run_once(clients) for _ in range(args.runs)]
         times = [r[0] for r in results]
         median = statistics.median(times)
         primary = statistics.median(r[1] for r in results)
+        per_node = median / clients
+        baseline = per_node if baseline is None else baseline
         print(f"{clients:>6}  {median:>9.3f}  {min(times):>7.3f}  {primary:>9.3f}  "
-              f"{median / clients * 1000:>8.2f}", flush=True)
-    return 0
+              f"{per_node * 1000:>8.2f}  {per_node / baseline:>6.2f}", flush=True)
+        if clients >= GOAL_NODES and median > GOAL_SECONDS * clients / GOAL_NODES:
+            missed.append(f"{clients} nodes in {median:.2f} s")
+    print(f"goal: {GOAL_NODES} nodes in under {GOAL_SECONDS:g} s (scaled for larger sizes)"
+          + (f"; MISSED: {', '.join(missed)}" if missed else "; met"))
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

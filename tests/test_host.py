@@ -302,16 +302,25 @@ def test_live_host_facts_come_from_the_process() -> None:
     assert facts.memlock_soft == (None if soft == resource.RLIM_INFINITY else soft)
     assert facts.memlock_hard == (None if hard == resource.RLIM_INFINITY else hard)
     assert facts.hostname == socket.gethostname()
-    assert facts.cap_ipc_lock in (True, False)
+    # Oracles: the kernel's effective capability mask (CAP_IPC_LOCK is bit 14) and statvfs.
+    with open("/proc/self/status", encoding="ascii") as status:
+        effective = next(int(line.split()[1], 16) for line in status if line.startswith("CapEff:"))
+    assert facts.cap_ipc_lock is bool(effective >> 14 & 1)
     if os.path.isdir("/dev/shm"):
-        assert isinstance(facts.shm_bytes, int)
+        shm = os.statvfs("/dev/shm")
+        assert facts.shm_bytes == shm.f_blocks * shm.f_frsize
 
 
-def test_detect_reads_os_environ_when_none_given(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("visible", "count"), [("1", 1), ("0,1", 2), ("", 0)])
+def test_detect_reads_os_environ_when_none_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, visible: str, count: int
+) -> None:
+    # A 2-GPU host: os.environ's CUDA_VISIBLE_DEVICES, read at call time, narrows the count.
     host = HostBuilder(tmp_path).gpus(2)
-    # CUDA_VISIBLE_DEVICES of this test process applies; compare with passing it explicitly.
-    explicit = HostFacts.detect(environ=dict(os.environ), root=host.root)
-    assert HostFacts.detect(root=host.root) == explicit
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert HostFacts.detect(root=host.root).gpus == count
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert HostFacts.detect(root=host.root).gpus == 2
 
 
 def test_json_is_clean(tmp_path: Path) -> None:

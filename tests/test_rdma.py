@@ -552,7 +552,13 @@ def test_public_names_resolve_lazily() -> None:
     assert clusterenv.Gid is Gid
 
 
-def test_live_host_detection_does_not_fail() -> None:
+def test_live_host_detection_agrees_with_sysfs() -> None:
+    # Oracle: the kernel's own list of RDMA devices and of each device's ports.
     info = RdmaInfo.detect()
-    assert isinstance(info.devices, tuple)
+    sysfs = Path("/sys/class/infiniband")
+    names = sorted(p.name for p in sysfs.iterdir()) if sysfs.is_dir() else []
+    assert sorted(d.name for d in info.devices) == names
+    for device in info.devices:
+        ports = sorted(int(p.name) for p in (sysfs / device.name / "ports").iterdir())
+        assert sorted(p.number for p in device.ports) == ports
     assert all(d.usable == (d.dev_node and any(p.active for p in d.ports)) for d in info.devices)
