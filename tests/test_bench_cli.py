@@ -62,3 +62,40 @@ def test_one_cpu_node_measures_all_reduce_and_has_no_links(tmp_path: Path) -> No
     assert plot.read_text().startswith("<svg")
     text = bench("--sizes", "64K", "--iters", "1")
     assert text.returncode == 0 and "all-reduce (nccl-tests definitions" in text.stdout
+
+
+@pytest.mark.usefixtures("torch_required")
+def test_run_inside_a_users_process_group_gives_every_rank_the_same_result(
+    tmp_path: Path,
+) -> None:
+    # Two torchrun agents on this host, node ranks 0 and 1, talking over loopback: two "nodes"
+    # as GROUP_RANK tells them apart, each with two ranks.
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = REPO / "tests" / "scripts" / "bench_api_step.py"
+    env = {**base_env(), "GLOO_SOCKET_IFNAME": "lo"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+             f"--node-rank={rank}", "--rdzv-backend=static", "--master-addr=127.0.0.1",
+             f"--master-port={port}", str(script), str(tmp_path)],
+            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [proc.communicate(timeout=120)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], "\n".join(outputs)
+    results = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
+    for result in results:
+        assert result == results[0], [k for k in result if result[k] != results[0][k]]
+    first = results[0]
+    assert first["num_nodes"] == 2 and first["world_size"] == 4
+    assert [n["ranks"] for n in first["nodes"]] == [[0, 1], [2, 3]]
+    assert [(t["src"], t["dst"]) for t in first["transfers"]] == [(0, 1), (1, 0)]
+    # All local ranks pair up: each transfer moved two ranks' worth of the largest size.
+    assert all(t["size"] == 2 * (256 << 10) for t in first["transfers"])
+    assert [link["interface"] for link in first["links"]] == ["lo", "lo"]
+    assert [s["size"] for s in first["sizes"]] == [64 << 10, 256 << 10]

@@ -20,6 +20,8 @@ Example::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from clusterenv.bench.conclude import (
     CODE_BELOW_LINE_RATE,
     CODE_MIXED_TRANSPORT,
@@ -56,6 +58,9 @@ from clusterenv.bench.verdict import (
     score_nodes,
 )
 
+if TYPE_CHECKING:
+    from clusterenv.bench.worker import run
+
 __all__ = [
     "CODES",
     "CODE_BELOW_LINE_RATE",
@@ -85,8 +90,19 @@ __all__ = [
     "rdma_line_rate",
     "render_svg",
     "ring_transfers",
+    "run",
     "schedule_rounds",
     "score_nodes",
     "write_svg",
 ]
 
+
+
+def __getattr__(name: str) -> Any:
+    # run() lives with the worker; importing it here would make every import of this package
+    # pay for the worker module. torch itself is imported only when run() is called.
+    if name == "run":
+        from clusterenv.bench.worker import run  # noqa: PLC0415
+
+        return run
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -346,6 +346,7 @@ def _all_reduce(group: _Group, size: int, *, iters: int, warmup: int, clock: _Cl
 
 
 def run(
+    environ: Mapping[str, str] | None = None,
     *,
     sizes: Sequence[int] | None = None,
     iters: int | None = None,
@@ -354,12 +355,13 @@ def run(
     time_limit: float = 60.0,
     min_fraction: float = 0.5,
     progress: TextIO | None = None,
-    environ: Mapping[str, str] | None = None,
     root: str = "/",
 ) -> BenchResult:
     """Measure inside an initialised process group; every rank calls it and gets the result.
 
     Args:
+        environ: The environment to read (``GROUP_RANK``, ``*_SOCKET_IFNAME``,
+            ``NCCL_DEBUG_FILE``); None reads ``os.environ``.
         sizes: All-reduce sizes in bytes, e.g. ``parse_sizes("1M,64M")``; default
             :data:`~clusterenv.bench.GPU_SIZES` on CUDA, :data:`~clusterenv.bench.CPU_SIZES`
             on CPU.
@@ -369,8 +371,6 @@ def run(
         time_limit: Seconds for the whole measurement; iterations shrink to fit, e.g. ``60``.
         min_fraction: A node below this fraction of the others' median is slow, e.g. ``0.5``.
         progress: Where the first rank of each node writes progress lines, e.g. ``sys.stderr``.
-        environ: The environment to read (``GROUP_RANK``, ``*_SOCKET_IFNAME``,
-            ``NCCL_DEBUG_FILE``); None reads ``os.environ``.
         root: ``/`` (sysfs for the line rate).
 
     Returns:
@@ -435,9 +435,11 @@ def run(
         algbw = size / timing[1] / 1e9
         _progress(stream, f"all-reduce {format_size(size)}: {timing[1] * 1e6:.0f} us, "
                           f"algbw {algbw:.3g} GB/s ({timing[2]} iterations)")
+    # Every rank returns the same result: the slowest rank's elapsed time.
+    (elapsed,) = group.max_of([time.monotonic() - started])
     return conclude(backend=backend, device=kind, world_size=group.world, nodes=nodes,
                     sizes=timings, transfers=transfers, min_fraction=min_fraction,
-                    elapsed_s=time.monotonic() - started, truncated=clock.truncated)
+                    elapsed_s=elapsed, truncated=clock.truncated)
 
 
 # -- the torchrun entry point -------------------------------------------------------------------
