@@ -544,10 +544,11 @@ def _ofi_checks(log: NcclLog) -> list[Finding]:
         f"libfabric found no usable {named} device in this process (fi_getinfo returned nothing)"
         + (", so the aws-ofi-nccl plugin could not open an endpoint" if failed else ""),
         tuple(evidence),
-        "give the process the EFA devices: on Kubernetes request vpc.amazonaws.com/efa "
-        "resources, in Docker pass the /dev/infiniband/uverbs* devices; check with `fi_info -p "
-        f"{providers[0] if providers else 'efa'}` in the same container (it must list the "
-        "devices), and that the process loads the EFA installer's libfabric, not another one",
+        "on an instance with EFA, give the process the EFA devices: on Kubernetes request "
+        "vpc.amazonaws.com/efa resources, in Docker pass the /dev/infiniband/uverbs* devices; "
+        f"check with `fi_info -p {providers[0] if providers else 'efa'}` in the same container "
+        "(it must list the devices), and that the process loads the EFA installer's libfabric, "
+        "not another one. On a host without EFA, do not load the plugin (NCCL_NET_PLUGIN=none)",
     )]
 
 
