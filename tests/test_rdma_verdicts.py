@@ -217,6 +217,31 @@ def test_a_rail_down_polling_is_a_warning(tmp_path: Path) -> None:
     assert "ethtool ens3" in finding.fix
 
 
+def test_eight_rails_down_beside_a_front_end_nic_are_rails(tmp_path: Path) -> None:
+    # The B300 capture the facts reference quotes: 8 ConnectX-8 (MT4131) "State: Down /
+    # Physical state: Disabled" while ConnectX-7 functions (MT4129) run at 100 Gb/s.
+    host = b0(tmp_path)
+    host.rdma_device("mlx5_0", port(link_layer="Ethernet", netdev="ens1",
+                                    rate="100 Gb/sec (4X EDR)",
+                                    gids=roce_gids("10.65.0.2", "ens1")), hca_type="MT4129")
+    for i in range(1, 9):
+        host.rdma_device(f"mlx5_{i}", port(state="DOWN"), hca_type="MT4131",
+                         fw_ver="40.46.5500")
+    (finding,) = of(doctor(environ=B0_ENV, root=tmp_path), *PORT_STATES)
+    assert finding.code == "rdma-port-down" and finding.severity == "warning"
+    assert "mlx5_1:1, mlx5_2:1, mlx5_3:1, mlx5_4:1 and 4 more are DOWN" in finding.title
+    assert "(physical state Disabled, InfiniBand)" in finding.title
+
+
+def test_the_uncabled_second_port_of_a_nic_in_use_is_information(tmp_path: Path) -> None:
+    host = b0(tmp_path)
+    for i in range(2):
+        host.rdma_device(f"mlx5_{i}", port(1), port(2, state="DOWN", phys_state="Polling"))
+    found = of(doctor(environ=B0_ENV, root=tmp_path), *PORT_STATES)
+    assert [(f.code, f.severity) for f in found] == [("rdma-port-down", "info")]
+    assert "mlx5_0:2, mlx5_1:2 are DOWN (physical state Polling" in found[0].title
+
+
 def test_an_armed_infiniband_port(tmp_path: Path) -> None:
     host = b0(tmp_path)
     host.rdma_device("mlx5_0", port()).rdma_device("mlx5_1", port(state="ARMED"))

@@ -8,6 +8,8 @@ do not count.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from clusterenv._facts import Facts
 from clusterenv.findings import Finding
 from clusterenv.nccl.hca import (
@@ -216,15 +218,22 @@ def _ports_not_active(facts: Facts) -> list[Finding]:
     if not idle:
         return []
     selected = select_hcas(facts).selected
+    in_use = {d.name for d, _ in selected}
+    models = Counter((p.link_layer, d.hca_type, d.board_id) for d, p in idle)
     groups: dict[tuple[str, str, str, bool], list[tuple[RdmaDevice, RdmaPort]]] = {}
     for device, port in idle:
-        rail = not selected or any(
-            p.link_layer == port.link_layer and _same_model(d, device) for d, p in selected
-        )
+        # A rail: like the ports in use (the second port of a NIC in use is usually uncabled,
+        # not a rail), or one of at least as many idle ports of one model as there are ports in
+        # use (a node whose eight rails are down while a front-end NIC carries on).
+        alike = any(p.link_layer == port.link_layer and _same_model(d, device)
+                    for d, p in selected)
+        many = models[(port.link_layer, device.hca_type, device.board_id)] >= max(
+            2, len(selected))
+        rail = not selected or (device.name not in in_use and (alike or many))
         key = (port.state, port.phys_state, port.link_layer, rail)
         groups.setdefault(key, []).append((device, port))
     findings = []
-    in_use = ", ".join(port_label(d, p) for d, p in selected) or "none"
+    used = ", ".join(port_label(d, p) for d, p in selected) or "none"
     for (state, phys, link_layer, rail), ports in groups.items():
         labels = [port_label(d, p) for d, p in ports]
         shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
@@ -246,7 +255,7 @@ def _ports_not_active(facts: Facts) -> list[Finding]:
             + (f", {d.hca_type}" if d.hca_type else "")
             for d, p in ports[:6]
         ]
-        evidence += [f"cause: {cause}", f"ports NCCL will use: {in_use}"]
+        evidence += [f"cause: {cause}", f"ports NCCL will use: {used}"]
         findings.append(Finding.of(
             _STATE_CODES[state], title, tuple(evidence), fix,
             severity="warning" if rail else "info",
