@@ -499,3 +499,18 @@ def test_any_environment_gives_a_config_or_a_config_error(env: dict[str, str]) -
         cfg = check.config
         assert cfg.world_size == cfg.num_nodes * cfg.num_trainers
         assert 0 <= cfg.node_rank < cfg.num_nodes
+
+
+@pytest.mark.parametrize("addr", ["127.0.0.1", "127.0.1.1", "::1"])
+def test_a_loopback_node_addr_on_a_multi_node_job_is_refused(addr: str) -> None:
+    error = problems_of({**RUNPOD_NODE1, "NODE_ADDR": addr})
+    [problem] = [p for p in error.problems if p.code == "config-loopback-node"]
+    assert problem.variables == ("NODE_ADDR",)
+    assert f"NODE_ADDR={addr} is a loopback address but NUM_NODES=2" in problem.message
+
+
+def test_a_loopback_node_addr_on_one_node_is_fine() -> None:
+    local = {**RUNPOD, "NUM_NODES": "1", "WORLD_SIZE": "8", "PRIMARY_ADDR": "127.0.0.1",
+             "MASTER_ADDR": "127.0.0.1", "NODE_ADDR": "127.0.0.1",
+             "HOST_NODE_ADDR": "127.0.0.1:29500"}
+    assert ClusterConfig.from_env(local).node_addr == "127.0.0.1"

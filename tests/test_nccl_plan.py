@@ -232,6 +232,20 @@ def test_front_end_with_the_default_route_is_left_out(tmp_path: Path) -> None:
     assert plan.env["NCCL_IB_HCA"] == "=mlx5_0:1"
 
 
+def test_a_lone_port_on_the_default_route_nic_is_kept(tmp_path: Path) -> None:
+    """The front-end rule drops the default-route NIC only while other ports remain: a host
+    whose only RDMA port is on it keeps RDMA rather than fall back to TCP sockets."""
+    host = b0(tmp_path, routes=[("bond0", "0.0.0.0/0", "10.1.0.1"),
+                                ("bond0", "10.1.0.0/16", None), ("ens1", "10.65.0.0/24", None)])
+    host.interface("bond0", addresses=["10.1.0.5/16"], kind="bond")
+    host.rdma_device("mlx5_1", port(link_layer="Ethernet", netdev="bond0",
+                                    gids=roce_gids("10.1.0.5", "bond0")))
+    environ = {"MASTER_ADDR": "10.65.0.2", "NUM_NODES": "2", "NUM_TRAINERS": "8"}
+    plan = plan_nccl_env(environ, root=tmp_path)
+    assert plan.env["NCCL_IB_HCA"] == "=mlx5_1:1"
+    assert not any("carries the default route" in e for f in plan.findings for e in f.evidence)
+
+
 def test_rdma_in_sysfs_without_device_nodes_sets_no_hca(tmp_path: Path) -> None:
     b0(tmp_path).rdma_device("mlx5_0", port(link_layer="Ethernet", netdev="ens1"),
                              dev_node=False)
@@ -542,3 +556,28 @@ def _quiet(call: Callable[[], NcclPlan]) -> NcclPlan:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ClusterEnvWarning)
         return call()
+
+
+# -- "the same effect": a user value is kept only when it selects exactly what the plan would ---
+
+
+@pytest.mark.parametrize(("name", "same", "different"), [
+    ("NCCL_SOCKET_IFNAME", "=ens1", "ens2"),
+    ("GLOO_SOCKET_IFNAME", "ens1", "ens2"),
+    ("TP_SOCKET_IFNAME", "ens1", "ens2"),
+    ("TP_SOCKET_IFNAME", "ens1", "ens1,ens2"),
+])
+def test_a_user_value_counts_as_the_same_only_when_it_selects_the_cluster_interface(
+    tmp_path: Path, name: str, same: str, different: str
+) -> None:
+    b0(tmp_path)  # cluster interface ens1; ens2 is up too
+
+    def change(value: str) -> EnvChange:
+        plan = plan_nccl_env({**B0_ENV, name: value}, root=tmp_path, override=True)
+        return next(c for c in plan.changes if c.name == name)
+
+    kept = change(same)
+    assert (kept.action, kept.value) == ("keep", same)
+    assert "same effect" in kept.reason
+    replaced = change(different)
+    assert (replaced.action, replaced.value, replaced.previous) == ("override", "ens1", different)
