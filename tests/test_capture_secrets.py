@@ -8,6 +8,8 @@ variables (URLs with userinfo), in names the first filter missed, and in config 
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,17 @@ def test_fingerprints_carry_no_credentials_and_compare_the_partition_key(tmp_pat
     pkey = [p for p in problems if p.code == "preflight-env-differs"
             and p.title.startswith("NCCL_IB_PKEY differs")]
     assert pkey and pkey[0].severity == "error", [p.title for p in problems]
+
+
+def test_what_a_killed_capture_left_is_removed_by_the_next(tmp_path: Path) -> None:
+    root = _snapshot(tmp_path / "snap")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    killed = [tmp_path / f".out.capture-{dead.pid}-x1y2", tmp_path / f".out.old.{dead.pid}"]
+    alive = tmp_path / f".out.capture-{os.getpid()}-keep"  # a capture still running
+    for path in (*killed, alive):
+        (path / "sys").mkdir(parents=True)
+    capture(tmp_path / "out", root=root)
+    assert not any(p.exists() for p in killed) and alive.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["snap", "out", alive.name])

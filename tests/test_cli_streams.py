@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from clusterenv.testing import HostBuilder
+from tests.conftest import require_tool
 
 PY = sys.executable
 
@@ -58,3 +59,19 @@ def test_an_unwritable_capture_destination_is_exit_2_naming_it() -> None:
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert "'/sys/kernel/clusterenv-snapshot': Operation not permitted" in done.stderr
+
+
+def test_an_interface_name_that_is_not_utf8_is_shown_escaped(netns_required: None) -> None:
+    # netifaces raised SystemError for every interface once one name was not UTF-8.
+    unshare = require_tool("unshare", "apt-get install util-linux")
+    # A network namespace with its own /sys, as `ip netns exec` makes one.
+    script = (f"mount --make-rprivate / && mount -t sysfs sysfs /sys && "
+              f"ip link add $'v\\xff' type veth peer name v2 && ip addr add 10.9.0.1/24 dev v2 "
+              f"&& {PY} -m clusterenv show && {PY} -m clusterenv doctor >/dev/null; echo rc=$?")
+    done = subprocess.run([unshare, "--net", "--mount", "bash", "-c", script], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "SystemError" not in done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("v")}
+    assert "v\\xff" in rows and "10.9.0.1/24" in rows["v2"], done.stdout
+    assert done.stdout.rstrip().endswith(("rc=0", "rc=1")), done.stdout[-300:]

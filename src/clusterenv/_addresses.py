@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clusterenv._root import Root
+from clusterenv._text import has_surrogates
 from clusterenv.errors import DiscoveryError
 
 __all__ = [
@@ -145,15 +146,27 @@ def live_addresses() -> dict[str, list[str]]:
             path=None,
         ) from e
     out: dict[str, list[str]] = {}
-    for name in netifaces.interfaces():
+    for name in _interface_names(netifaces):
         try:
             entries = netifaces.ifaddresses(name)
-        except ValueError:  # the interface vanished between the two calls
+        except (ValueError, SystemError):  # vanished since, or a name that is not UTF-8
             continue
         addresses = _parse_netifaces(entries)
         if addresses:
             out[str(name)] = addresses
     return out
+
+
+def _interface_names(netifaces: Any) -> list[str]:
+    """The interface names netifaces lists; when one of them is not UTF-8 (``$'v\\xff'``),
+    netifaces fails for all of them (``SystemError``), so the kernel's list is read instead and
+    the undecodable names are left out (their addresses cannot be asked for by name)."""
+    try:
+        return [str(name) for name in netifaces.interfaces()]
+    except (SystemError, UnicodeError):
+        import socket  # noqa: PLC0415
+
+        return [name for _, name in socket.if_nameindex() if not has_surrogates(name)]
 
 
 def snapshot_addresses(host: Mapping[str, Any]) -> dict[str, list[str]]:

@@ -117,7 +117,9 @@ def capture(
     _check_destination(target, host)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        _remove_abandoned(target)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.capture-{os.getpid()}-",
+                                        dir=target.parent))
     except OSError as e:
         raise CaptureError(
             f"cannot write a snapshot at {str(target)!r}: {e.strerror or e}; choose a directory "
@@ -155,6 +157,34 @@ def _check_destination(target: Path, host: Root) -> None:
             f"snapshot (no {HOST_JSON}); give a new or empty directory",
             path=str(target),
         )
+
+
+def _remove_abandoned(target: Path) -> None:
+    """Remove what a killed capture of ``target`` left beside it: staging directories
+    (``.NAME.capture-PID-…``) and replaced snapshots (``.NAME.old.PID``) of processes that no
+    longer run."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(?:capture-(\d+)-.+|old\.(\d+))")
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match is None:
+            continue
+        pid = int(match.group(1) or match.group(2))
+        if pid != os.getpid() and not _running(pid):
+            shutil.rmtree(target.parent / name, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it runs, as another user
+        return True
+    return True
 
 
 def _move_into_place(staging: Path, target: Path) -> None:
