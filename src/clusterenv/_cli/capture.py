@@ -9,6 +9,7 @@ from clusterenv._cli._common import add_json, add_root, add_source, emit_json, h
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
 from clusterenv._scrub import is_cluster_name, is_secret_name
+from clusterenv._text import printable
 from clusterenv.capture import capture
 from clusterenv.network import NetworkInterfaces
 
@@ -52,14 +53,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(summary)
         return 0
-    print(f"wrote host snapshot to {summary['path']}")
+    print(f"wrote host snapshot to {printable(summary['path'])}")
     line = (
-        f"{len(network)} interfaces ({', '.join(network.names) or 'none'}), "
+        f"{len(network)} interfaces ({printable(', '.join(network.names)) or 'none'}), "
         f"{len(rdma)} RDMA devices, {summary['gpus']} GPUs, "
         f"{len(recorded)} environment variables recorded"
     )
     if withheld:
-        line += f" ({len(withheld)} left out as secrets: {', '.join(withheld)})"
+        line += f" ({len(withheld)} left out as secrets: {printable(', '.join(withheld))})"
     print(line + "; MACs, GUIDs and GPU UUIDs scrubbed")
-    print(f"replay it with: clusterenv doctor --root {args.dir}")
+    print(f"replay it with: clusterenv doctor --root {printable(args.dir)}")
     return 0
