@@ -481,3 +481,21 @@ def test_decorated_and_long_lines_never_crash(text: str) -> None:
         findings = nccl_log_findings(log, management_interfaces=["eth0"], expect_rdma=True)
         json.dumps(log.to_dict())
         json.dumps([f.to_dict() for f in findings])
+
+
+def test_the_line_cache_changes_no_result() -> None:
+    # real lines that repeat (the line cache is used), and the same after 6000 lines that never
+    # repeat (it switches itself off): each result equals a parse that never caches lines
+    from clusterenv.nccl_log.parse import _Parser
+
+    repeated = [*ROCE_LINES * 3, *lines_of(LOGS / "roce-2.27-completion-error-12.txt") * 2]
+    unique = [DOCKER_LINES[0].replace(":111329:111329", f":{pid}:{pid}")
+              for pid in range(10_000, 16_000)]
+    for lines in (repeated, [*unique, *repeated]):
+        cached = _Parser()
+        log = cached.finish(cached.feed(lines))
+        plain = _Parser()
+        plain.cache_from = 10**12
+        assert log == plain.finish(plain.feed(lines))
+        assert log.errors[0].count > 1
+        assert (cached.cache_from > len(lines)) == (lines is not repeated)

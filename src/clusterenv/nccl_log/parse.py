@@ -56,6 +56,8 @@ _MAX_TEXT = 400
 # Distinct message texts whose facts are cached, and distinct line prefixes remembered (each
 # cache is emptied when full: lines of one process come close together).
 _MAX_CACHED = 50_000
+# The line cache is first filled to this size to see whether lines repeat at all.
+_CACHE_PROBE = 4_096
 _MISSING: Any = object()
 _TAGS = frozenset({"INFO ", "WARN "})
 
@@ -179,6 +181,7 @@ class _Parser:
         self.skip_rest: Callable[[], None] | None = None
         self.cache_from = 0  # line number from which lines are remembered again
         self.cache_start = 0  # line number where the line cache was last emptied
+        self.cache_limit = _CACHE_PROBE  # entries at which the line cache is reviewed
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -195,7 +198,7 @@ class _Parser:
         analyse, new_fact, new_proc = self._analyse, self._fact, self._proc
         once, missing, limit = _ONCE, _MISSING, MAX_LINE
         number = matched = 0
-        cache_from = self.cache_from
+        cache_from, cache_limit = self.cache_from, self.cache_limit
         for number, line in enumerate(lines, 1):
             # while the line cache is off (lines did not repeat), do not even hash the line
             actions = get(line) if number >= cache_from else None
@@ -204,7 +207,7 @@ class _Parser:
                 if (pos < 0 or line[pos + 5 : pos + 10] != "INFO " or len(line) >= limit
                         or line.find("NCCL ", pos + 10) >= 0):
                     matched += analyse(line, number)  # ran its actions, remembered the line
-                    cache_from = self.cache_from
+                    cache_from, cache_limit = self.cache_from, self.cache_limit
                     continue
                 msg = line[pos + 10 :].strip()
                 if "|" in msg or '"' in msg:  # an export's column or quote: rare
@@ -224,9 +227,9 @@ class _Parser:
                     op(proc, msg, number, fact)
                     result = True if fact[0] in once else ((op, proc, msg, fact),)
                 if number >= cache_from:
-                    if len(by_line) >= _MAX_CACHED:
+                    if len(by_line) >= cache_limit:
                         self._cache_full(number)
-                        cache_from = self.cache_from
+                        cache_from, cache_limit = self.cache_from, self.cache_limit
                     by_line[line] = result
                 continue
             if actions is False:
@@ -257,18 +260,23 @@ class _Parser:
         else:
             result = self._messages(line, pos, number)
         if cache and number >= self.cache_from:
-            if len(self.by_line) >= _MAX_CACHED:
+            if len(self.by_line) >= self.cache_limit:
                 self._cache_full(number)
             self.by_line[line] = result
         return result is not False
 
     def _cache_full(self, number: int) -> None:
-        """Empty the line cache (memory stays bounded). When fewer lines were read since it was
-        last emptied than it holds twice over, repeats were rare (every line new, as in logs
-        with a counter or a timestamp in each line): remembering costs more than it saves, so
-        stop for a while."""
-        if number - self.cache_start < 2 * _MAX_CACHED:
+        """Review the line cache when it reaches its limit, then empty it (memory stays bounded).
+
+        Fewer lines read since it was last emptied than twice what it holds means repeats are
+        rare (a counter or a timestamp in every line): remembering lines then costs more than it
+        saves, so it stops for a while and is tried again later on a small sample first.
+        """
+        if number - self.cache_start < 2 * len(self.by_line):
             self.cache_from = number + 20 * _MAX_CACHED
+            self.cache_limit = _CACHE_PROBE
+        else:
+            self.cache_limit = _MAX_CACHED
         self.by_line.clear()
         self.cache_start = max(number, self.cache_from)
 
