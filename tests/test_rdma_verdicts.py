@@ -359,3 +359,27 @@ def test_gid_settings_that_work_or_do_not_exist_yet(tmp_path: Path) -> None:
     assert not of(run(root, "2.23.4", **fine), "ib-gid-setting-ignored", *GID_UNREACHABLE)
     (old,) = of(run(root, "2.19.3", NCCL_IB_ADDR_FAMILY="AF_INET6"), "ib-gid-setting-ignored")
     assert old.severity == "info" and "older than 2.21" in old.title
+
+
+def test_automatic_gid_index_asked_of_an_nccl_that_has_none(tmp_path: Path) -> None:
+    root = PROFILES["roce-show-gids-mlx5_0"].build(tmp_path)
+    (wrong,) = of(run(root, "2.19.3", NCCL_IB_GID_INDEX="-1"), "ib-gid-index-wrong")
+    assert "does not have (it came with 2.21)" in wrong.title
+    assert wrong.fix == "export NCCL_IB_GID_INDEX=3"
+    assert not of(run(root, "2.23.4", NCCL_IB_GID_INDEX="-1"), "ib-gid-index-wrong",
+                  *GID_UNREACHABLE)
+
+
+@pytest.mark.parametrize(("value", "reads"), [("0x3", None), (" 3", None), ("3x", "3"),
+                                              ("abc", "0"), ("", None),
+                                              ("99999999999", "99999999999")])
+def test_gid_index_spelled_as_nccl_reads_it(tmp_path: Path, value: str, reads: str | None) -> None:
+    root = PROFILES["roce-show-gids-mlx5_0"].build(tmp_path)
+    found = run(root, "2.19.3", NCCL_IB_GID_INDEX=value)
+    invalid = of(found, "ib-gid-index-invalid")
+    if value in ("0x3", " 3"):  # NCCL reads 3: the right index, nothing to say
+        assert not invalid and not of(found, "ib-gid-index-wrong")
+        return
+    (finding,) = invalid
+    assert finding.title.endswith(f": NCCL reads it as {reads}") if reads else (
+        finding.title == f"NCCL_IB_GID_INDEX={value!r} is not a GID index")

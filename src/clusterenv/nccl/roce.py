@@ -9,6 +9,7 @@ unknown, a GID is reported only when it fails on both sides of 2.21.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from clusterenv.nccl.gid import (
     GidChoice,
     GidSettings,
     _parse_range,
+    _strtoll,
     choose_gid,
     gid_problem,
 )
@@ -39,6 +41,8 @@ __all__ = [
 ]
 
 Pair = tuple[RdmaDevice, RdmaPort]
+# An integer as NCCL's strtoll(value, NULL, 0) reads it whole: decimal, 0x hex (or octal).
+_INTEGER = re.compile(r"\s*[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+)\s*")
 Lookup = Callable[[str], str | None]
 
 #: Finding code per reason a chosen GID cannot reach other nodes.
@@ -311,15 +315,33 @@ def gid_value_findings(
 ) -> list[Finding]:
     """Check a ``NCCL_IB_GID_INDEX`` the user set against the listed RoCE ports."""
     shown = f"NCCL_IB_GID_INDEX={value!r}"
-    text = value.strip()
-    if not text.lstrip("-").isdigit() or len(text) > 4:
+    number = _strtoll(value) if _INTEGER.fullmatch(value) else None
+    if number is None or not -(1 << 31) <= number < 1 << 31:
+        reads = _strtoll(value) if value.strip() else None
         return [Finding.of(
-            "ib-gid-index-invalid", f"{shown} is not a GID index",
+            "ib-gid-index-invalid",
+            f"{shown} is not a GID index" + (f": NCCL reads it as {reads}" if reads is not None
+                                               else ""),
             (shown, f"from {origin}"), "unset NCCL_IB_GID_INDEX (NCCL 2.21+ chooses it) or "
             "set the index of the RoCE v2 IPv4 GID (see `show_gids`)",
         )]
-    if int(text) < 0 or not ports:
+    text = str(number)
+    if not ports:
         return []
+    older = known_before(facts.nccl_versions, AUTO_SINCE)
+    if int(text) < 0:
+        if older is not True:
+            return []  # automatic choice (2.21 and later)
+        index = common_gid_index(ports)
+        return [Finding.of(
+            "ib-gid-index-wrong",
+            f"{shown} asks for the automatic choice, which NCCL "
+            f"{versions_text(facts.nccl_versions)} does not have (it came with 2.21): it uses "
+            f"{text} as an index and cannot connect",
+            (shown, f"from {origin}"),
+            f"export NCCL_IB_GID_INDEX={index}" if index is not None
+            else _fallback_fix(ports, version_cases(facts)),
+        )]
     lookup = _lookup(facts)
     cases = version_cases(facts)
     bad = [
@@ -345,7 +367,7 @@ def gid_value_findings(
             (shown, *bad, "NCCL reports: Got completion with error 12 / ibv_modify_qp failed"),
             fix,
         )]
-    if known_before(facts.nccl_versions, AUTO_SINCE) is False and auto_works:
+    if older is False and auto_works:
         auto = _choices(ports, NEW, unset)
         return [Finding.of(
             "ib-gid-index-unneeded",
