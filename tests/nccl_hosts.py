@@ -80,14 +80,23 @@ def b0(
     )
 
 
-def roce_gids(address: str, netdev: str, v2_index: int = 3) -> list[GidSpec]:
-    """A typical RoCE table: link-local v1/v2 at 0/1, IPv4 v1 just before IPv4 v2."""
-    return [
-        gid(0, "fe80::a288:c2ff:fe03:1", "IB/RoCE v1", netdev),
-        gid(1, "fe80::a288:c2ff:fe03:1", "RoCE v2", netdev),
-        gid(v2_index - 1, f"::ffff:{address}", "IB/RoCE v1", netdev),
-        gid(v2_index, f"::ffff:{address}", "RoCE v2", netdev),
-    ]
+def roce_gids(
+    address: str | None,
+    netdev: str,
+    v2_index: int = 3,
+    *,
+    link_local: str | None = "fe80::a288:c2ff:fe03:1",
+) -> list[GidSpec]:
+    """A RoCE GID table as ``show_gids`` shows it: the link-local GID as v1/v2 at 0/1 (none when
+    ``link_local`` is None), the IPv4 ``address`` as v1 just before v2 at ``v2_index`` (none
+    when ``address`` is None)."""
+    gids: list[GidSpec] = []
+    if link_local is not None:
+        gids += [gid(0, link_local, "IB/RoCE v1", netdev), gid(1, link_local, "RoCE v2", netdev)]
+    if address is not None:
+        gids += [gid(v2_index - 1, f"::ffff:{address}", "IB/RoCE v1", netdev),
+                 gid(v2_index, f"::ffff:{address}", "RoCE v2", netdev)]
+    return gids
 
 
 def roce_node(root: Path, *, rails: int = 8, v2_index: int = 3) -> HostBuilder:

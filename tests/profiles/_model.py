@@ -86,22 +86,6 @@ def ib_gids(port_guid: str) -> list[GidSpec]:
     return [GidSpec(0, guid_gid(port_guid), "IB/RoCE v1", None)]
 
 
-def roce_gids(link_local: str | None, ipv4: str | None, netdev: str) -> list[GidSpec]:
-    """A RoCE table laid out as ``show_gids`` shows it: link-local v1/v2 at 0/1, IPv4 at 2/3."""
-    gids: list[GidSpec] = []
-    if link_local is not None:
-        gids += [
-            GidSpec(0, link_local, "IB/RoCE v1", netdev),
-            GidSpec(1, link_local, "RoCE v2", netdev),
-        ]
-    if ipv4 is not None:
-        gids += [
-            GidSpec(2, f"::ffff:{ipv4}", "IB/RoCE v1", netdev),
-            GidSpec(3, f"::ffff:{ipv4}", "RoCE v2", netdev),
-        ]
-    return gids
-
-
 def root_of(tmp_path: Path, name: str) -> Path:
     """The snapshot directory of profile ``name`` under ``tmp_path``."""
     root = tmp_path / name

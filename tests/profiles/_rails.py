@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clusterenv.testing import HostBuilder, port
-
-from ._model import roce_gids
+from tests.nccl_hosts import roce_gids
 
 
 def link_local(index: int) -> str:
@@ -70,7 +69,8 @@ def build_rails_node(
                 rate="400 Gb/sec (4X NDR)",
                 link_layer="Ethernet",
                 netdev=netdev,
-                gids=roce_gids(link_local(number), cidr.split("/", maxsplit=1)[0], netdev),
+                gids=roce_gids(cidr.split("/", maxsplit=1)[0], netdev,
+                               link_local=link_local(number)),
             ),
             uverbs=number,
             board_id="MT_0000000838",
@@ -85,7 +85,7 @@ def build_rails_node(
                 rate="200 Gb/sec (4X HDR)",
                 link_layer="Ethernet",
                 netdev="bond0",
-                gids=roce_gids(link_local(number), bond_ip, "bond0"),
+                gids=roce_gids(bond_ip, "bond0", link_local=link_local(number)),
             ),
             uverbs=number,
             board_id="MT_0000000834",

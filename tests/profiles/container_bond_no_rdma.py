@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from clusterenv.testing import HostBuilder, port
+from tests.nccl_hosts import roce_gids
 
-from ._model import ExpectedPort, Profile, roce_gids, root_of
+from ._model import ExpectedPort, Profile, root_of
 
 NAME = "container-bond-no-rdma"
 
@@ -28,7 +29,7 @@ def build(tmp_path: Path) -> Path:
             rate="25 Gb/sec (1X EDR)",
             link_layer="Ethernet",
             netdev="bond0",
-            gids=roce_gids("fe80::0e42:a1ff:fe9a:6766", "200.1.93.2", "bond0"),
+            gids=roce_gids("200.1.93.2", "bond0", link_local="fe80::0e42:a1ff:fe9a:6766"),
         ),
         dev_node=False,
         hca_type="MT4117",

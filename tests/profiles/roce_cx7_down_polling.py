@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from clusterenv.testing import HostBuilder, port
+from tests.nccl_hosts import roce_gids
 
-from ._model import ExpectedPort, Profile, roce_gids, root_of
+from ._model import ExpectedPort, Profile, root_of
 
 NAME = "roce-cx7-down-polling"
 DEVICES = tuple(f"mlx5_{i}" for i in range(12))
@@ -38,7 +39,7 @@ def build(tmp_path: Path) -> Path:
         if phys is None:
             address = f"10.99.{index}.6"
             host.interface(netdev, addresses=[f"{address}/24"], mtu=9000)
-            gids = roce_gids(f"fe80::1270:fdff:fe27:{index:x}", address, netdev)
+            gids = roce_gids(address, netdev, link_local=f"fe80::1270:fdff:fe27:{index:x}")
         else:
             host.interface(netdev, operstate="down", mtu=9000)
             gids = []
