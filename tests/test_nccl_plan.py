@@ -581,3 +581,22 @@ def test_a_user_value_counts_as_the_same_only_when_it_selects_the_cluster_interf
     assert "same effect" in kept.reason
     replaced = change(different)
     assert (replaced.action, replaced.value, replaced.previous) == ("override", "ens1", different)
+
+
+def test_one_loader_search_for_libibverbs_and_libnccl(tmp_path: Path) -> None:
+    # doctor's libibverbs check and the NCCL version read the same directories.
+    from clusterenv._facts import Facts
+    from clusterenv.diagnosis.rdma import _has_libibverbs
+    from clusterenv.nccl.version import loader_dirs
+
+    host = HostBuilder(tmp_path)
+    host.file("opt/conf/lib/libibverbs.so.1", "").file("opt/conf/lib/libnccl.so.2.21.5", "")
+    host.file("etc/ld.so.conf.d/rdma.conf", "# rdma-core\n/opt/conf/lib\n")
+    host.file("opt/env/lib/libnccl.so.2.19.3", "")
+    environ = {"LD_LIBRARY_PATH": " /opt/env/lib/ :/opt/../etc::"}
+    dirs = loader_dirs(Root(tmp_path), environ)
+    assert {"opt/conf/lib", "opt/env/lib"} <= set(dirs)
+    assert not [d for d in dirs if ".." in d.split("/")]
+    assert _has_libibverbs(Facts(environ=environ, root=Root(tmp_path)))
+    found = {v.version for v in detect_nccl_versions(environ, Root(tmp_path))}
+    assert {(2, 21, 5), (2, 19, 3)} <= found

@@ -19,28 +19,17 @@ from clusterenv.nccl.hca import (
     select_hcas,
     version_text,
 )
-from clusterenv.nccl.version import known_before
+from clusterenv.nccl.version import known_before, loader_dirs
 from clusterenv.rdma import RdmaDevice, RdmaPort, port_transport
 
 __all__ = ["port_state_cause", "rdma_checks"]
 
 _LIBIBVERBS = ("libibverbs.so.1", "libibverbs.so")
-_STANDARD_LIBRARY_DIRS = (
-    "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64", "lib",
-    "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib",
-    "usr/local/lib",
-)
 
 
 def _library_dirs(facts: Facts) -> list[str]:
-    """Where the dynamic loader looks: standard dirs, ld.so.conf.d and LD_LIBRARY_PATH."""
-    dirs = list(_STANDARD_LIBRARY_DIRS)
-    for conf in facts.root.listdir("etc/ld.so.conf.d"):
-        if conf.endswith(".conf"):
-            dirs += [line.strip() for line in facts.root.read_lines(f"etc/ld.so.conf.d/{conf}")
-                     if line.strip().startswith("/")]
-    dirs += [d for d in facts.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
-    return [d.strip("/") for d in dirs if ".." not in d]
+    """Where the dynamic loader looks (one reader for doctor and the NCCL version)."""
+    return loader_dirs(facts.root, facts.environ)
 
 
 def _has_libibverbs(facts: Facts) -> bool:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from clusterenv._root import Root
 
 __all__ = [
-    "NcclVersion", "detect_nccl_versions", "known_before", "parse_nccl_version", "versions_text",
+    "NcclVersion", "detect_nccl_versions", "known_before", "loader_dirs", "parse_nccl_version",
+    "versions_text",
 ]
 
 _VERSION = re.compile(
@@ -30,18 +31,14 @@ _VERSION = re.compile(
 )
 _LIBRARY = re.compile(r"libnccl\.so\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,4})")
 _DISTRIBUTIONS = ("nvidia-nccl-cu12", "nvidia-nccl-cu13", "nvidia-nccl-cu11")
-# Where distributions and images put libnccl (Debian/Ubuntu multiarch, RHEL, CUDA, NGC).
-_LIBRARY_DIRS = (
-    "usr/lib/x86_64-linux-gnu",
-    "usr/lib/aarch64-linux-gnu",
-    "usr/lib/sbsa-linux-gnu",
-    "usr/lib64",
-    "usr/lib",
-    "usr/local/lib",
-    "usr/local/cuda/lib64",
-    "usr/local/nccl/lib",
-    "opt/nccl/lib",
+# The dynamic loader's default directories (Debian/Ubuntu multiarch, RHEL), relative to the root.
+_STANDARD_LIBRARY_DIRS = (
+    "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64", "lib",
+    "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib/sbsa-linux-gnu",
+    "usr/lib64", "usr/lib", "usr/local/lib",
 )
+# Where CUDA and NGC images put libnccl outside the loader's own directories.
+_NCCL_DIRS = ("usr/local/cuda/lib64", "usr/local/nccl/lib", "opt/nccl/lib")
 _MAX_LD_DIRS = 32
 
 
@@ -90,9 +87,24 @@ def _pip_versions() -> list[NcclVersion]:
     return found
 
 
-def _library_dirs(environ: Mapping[str, str]) -> list[str]:
-    dirs = list(_LIBRARY_DIRS)
-    for raw in environ.get("LD_LIBRARY_PATH", "").split(":")[:_MAX_LD_DIRS]:
+def loader_dirs(
+    root: Root, environ: Mapping[str, str], *, extra: tuple[str, ...] = ()
+) -> list[str]:
+    """Where the dynamic loader looks for a library, relative to ``root``: its default
+    directories (then ``extra``), those of ``etc/ld.so.conf.d/*.conf`` and the first 32 of
+    ``LD_LIBRARY_PATH`` (a ``..`` component is skipped: nothing is read outside the root), each
+    once.
+
+    Example: ``["lib/x86_64-linux-gnu", ..., "usr/local/lib", "opt/rdma/lib"]``.
+    """
+    dirs = [*_STANDARD_LIBRARY_DIRS, *extra]
+    configured = [
+        line
+        for conf in root.listdir("etc/ld.so.conf.d") if conf.endswith(".conf")
+        for line in root.read_lines(f"etc/ld.so.conf.d/{conf}") if line.strip().startswith("/")
+    ]
+    variable = environ.get("LD_LIBRARY_PATH", "").split(":")[:_MAX_LD_DIRS]
+    for raw in (*configured, *variable):
         entry = raw.strip().strip("/")
         if entry and entry not in dirs and ".." not in entry.split("/"):
             dirs.append(entry)
@@ -101,7 +113,7 @@ def _library_dirs(environ: Mapping[str, str]) -> list[str]:
 
 def _library_versions(root: Root, environ: Mapping[str, str]) -> list[NcclVersion]:
     found = []
-    for directory in _library_dirs(environ):
+    for directory in loader_dirs(root, environ, extra=_NCCL_DIRS):
         for name in root.listdir(directory):
             match = _LIBRARY.fullmatch(name)
             if match is not None and int(match.group(1)) == 2:
