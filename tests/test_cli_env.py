@@ -55,7 +55,12 @@ def test_kept_values_are_commented_on_stderr_only(tmp_path: Path) -> None:
     assert "filter-selects-avoided" in result.stderr
     overridden = cli("env", "--root", str(tmp_path), "--override")
     assert "export GLOO_SOCKET_IFNAME='ens1'" in overridden.stdout
-    assert "# overriding GLOO_SOCKET_IFNAME='eth0' with 'ens1'" in overridden.stderr
+    # The replaced value is reported as replaced, with the true reason, and no longer as an
+    # error: the job will not see it.
+    assert ("# overriding GLOO_SOCKET_IFNAME='eth0' with 'ens1': override=True replaced it (in "
+            "the environment): GLOO_SOCKET_IFNAME='eth0' selects eth0 (Runpod's management "
+            "interface); 'ens1': ens1 holds NODE_ADDR 10.65.0.2") in overridden.stderr
+    assert "filter-selects-avoided" not in overridden.stderr
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusterenv import ClusterEnvWarning, EnvChange, NcclPlan, apply_nccl_defaults, plan_nccl_env
+from clusterenv import (
+    ClusterEnvWarning,
+    ConfigError,
+    EnvChange,
+    NcclPlan,
+    apply_nccl_defaults,
+    plan_nccl_env,
+)
 from clusterenv._root import Root
 from clusterenv.nccl import PLANNED_VARIABLES
 from clusterenv.nccl.version import detect_nccl_versions, known_before, parse_nccl_version
@@ -96,6 +103,15 @@ def test_override_replaces_the_user_value(tmp_path: Path) -> None:
     assert (overridden.action, overridden.value) == ("override", "ens1")
     assert overridden.previous == "eth0"
     assert plan.env["NCCL_SOCKET_IFNAME"] == "ens1"
+    # The reason tells why the value was replaced, not what happens when it is unset, and the
+    # replaced values are no longer findings.
+    nccl = change(plan, "NCCL_SOCKET_IFNAME")
+    assert "NCCL_SOCKET_IFNAME='eth0' selects eth0" in nccl.reason
+    assert "unset" not in nccl.reason
+    assert "filter-selects-avoided" not in codes(plan)
+    set_reason = change(plan_nccl_env(environ=B0_ENV, root=tmp_path), "NCCL_SOCKET_IFNAME").reason
+    assert set_reason == ("ens1 holds NODE_ADDR 10.65.0.2; unset, NCCL would bootstrap over eth0 "
+                          "(172.20.0.5), Runpod's management interface")
 
 
 def test_user_value_with_the_same_effect_is_kept_quietly(tmp_path: Path) -> None:
@@ -173,7 +189,8 @@ def test_generic_source_uses_evidence_without_runpod_rules(tmp_path: Path) -> No
 
 def test_invalid_environment_becomes_a_finding(tmp_path: Path) -> None:
     b0(tmp_path)
-    plan = plan_nccl_env(environ={**B0_ENV, "WORLD_SIZE": "2"}, root=tmp_path)
+    with pytest.warns(ClusterEnvWarning, match="nothing is planned"):
+        plan = plan_nccl_env(environ={**B0_ENV, "WORLD_SIZE": "2"}, root=tmp_path)
     assert plan.env == {}
     assert codes(plan) == ["plan-config-invalid"]
     assert "WORLD_SIZE" in plan.findings[0].evidence[0]
@@ -447,7 +464,12 @@ def test_property_applying_twice_equals_once(
 @_PROPERTY
 @given(environ=_ENVIRONS)
 def test_property_plan_never_raises(roce_root: Path, environ: dict[str, str]) -> None:
-    plan = plan_nccl_env(environ=environ, root=roce_root)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ClusterEnvWarning)
+        plan = plan_nccl_env(environ=environ, root=roce_root)
+    invalid = "plan-config-invalid" in codes(plan)
+    # An invalid contract plans nothing and says so; a valid one plans without a word.
+    assert invalid == any("nothing is planned" in str(w.message) for w in caught)
     assert set(plan.env) <= set(PLANNED_VARIABLES)
     assert "NCCL_IB_DISABLE" not in plan.env
 
@@ -600,3 +622,24 @@ def test_one_loader_search_for_libibverbs_and_libnccl(tmp_path: Path) -> None:
     assert _has_libibverbs(Facts(environ=environ, root=Root(tmp_path)))
     found = {v.version for v in detect_nccl_versions(environ, Root(tmp_path))}
     assert {(2, 21, 5), (2, 19, 3)} <= found
+
+
+def test_an_invalid_contract_is_never_a_silent_empty_plan(tmp_path: Path) -> None:
+    """WORLD_SIZE given as a node count: nothing can be planned, and the caller is told."""
+    b0(tmp_path)
+    environ = {**B0_ENV, "WORLD_SIZE": "2"}
+    with pytest.warns(ClusterEnvWarning, match=r"invalid .*WORLD_SIZE=2 != NUM_NODES\*"):
+        plan = apply_nccl_defaults(environ, root=tmp_path)
+    assert plan.env == {} and environ == {**B0_ENV, "WORLD_SIZE": "2"}
+    with pytest.warns(ClusterEnvWarning, match="WORLD_SIZE counts processes"):
+        assert plan_nccl_env(environ, root=tmp_path).env == {}
+    with pytest.raises(ConfigError, match="WORLD_SIZE=2") as raised:
+        apply_nccl_defaults(environ, root=tmp_path, strict=True)
+    assert "WORLD_SIZE" in raised.value.variables
+    with pytest.raises(ConfigError, match="WORLD_SIZE=2"):
+        plan_nccl_env(environ, root=tmp_path, strict=True)
+    assert environ == {**B0_ENV, "WORLD_SIZE": "2"}
+    # A valid contract: no warning, strict or not.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plan_nccl_env(B0_ENV, root=tmp_path, strict=True).env

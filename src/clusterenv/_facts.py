@@ -50,12 +50,15 @@ class Proposal:
         value: The value, e.g. ``"=ens1"``.
         reason: One sentence of evidence, e.g. ``"ens1 holds NODE_ADDR 10.65.0.2"``.
         same: Whether a value the user set has the same effect (then it is simply kept).
+        unset_note: What happens while the variable is unset, said only when the plan sets an
+            unset variable, e.g. ``"unset, NCCL would bootstrap over eth0 (172.20.0.5)"``.
     """
 
     name: str
     value: str
     reason: str
     same: Callable[[str], bool]
+    unset_note: str = ""
 
 
 def with_origin(findings: list[Finding], origin: str) -> list[Finding]:

@@ -200,10 +200,11 @@ def socket_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]
     nccl_default = nccl_default_choice(facts)
     default = nccl_default[0] if nccl_default else None
     nccl_why = why
+    nccl_unset = ""
     if default is not None and default != name:
         risk = facts.avoid.get(default)
-        nccl_why += f"; unset, NCCL would bootstrap over {facts.describe(default)}"
-        nccl_why += f", {risk}" if risk else ""
+        nccl_unset = f"unset, NCCL would bootstrap over {facts.describe(default)}"
+        nccl_unset += f", {risk}" if risk else ""
     value = planned_socket_ifname(facts, name)
     if value != name:
         prefixed = [n for n in facts.network.names if n != name and n.startswith(name)]
@@ -215,13 +216,11 @@ def socket_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]
         return parsed is not None and parsed.select_interfaces(names) == (name,)
 
     proposals = [
-        Proposal("NCCL_SOCKET_IFNAME", value, nccl_why, nccl_same),
-        Proposal("GLOO_SOCKET_IFNAME", name,
-                 f"{why}; unset, Gloo binds whatever the host name resolves to",
-                 lambda user: user.split(",") == [name]),
-        Proposal("TP_SOCKET_IFNAME", name,
-                 f"{why}; unset, TensorPipe binds whatever the host name resolves to",
-                 lambda user: user == name),
+        Proposal("NCCL_SOCKET_IFNAME", value, nccl_why, nccl_same, nccl_unset),
+        Proposal("GLOO_SOCKET_IFNAME", name, why, lambda user: user.split(",") == [name],
+                 "unset, Gloo binds whatever the host name resolves to"),
+        Proposal("TP_SOCKET_IFNAME", name, why, lambda user: user == name,
+                 "unset, TensorPipe binds whatever the host name resolves to"),
     ]
     return proposals, [], []
 

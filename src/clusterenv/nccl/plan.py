@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from clusterenv._facts import ENVIRONMENT, Facts, Proposal
 from clusterenv._jsonable import json_fields
 from clusterenv._root import as_root
-from clusterenv.errors import ClusterEnvWarning
+from clusterenv.errors import ClusterEnvWarning, ConfigError
 from clusterenv.findings import Finding
 from clusterenv.nccl.hca import rdma_plan, rdma_value_findings
 from clusterenv.nccl.interface import socket_plan, socket_value_findings
@@ -156,31 +156,58 @@ def plan_nccl_env(
     debug: bool = False,
     override: bool = False,
     nccl_version: str | None = None,
+    strict: bool = False,
 ) -> NcclPlan:
     """Decide the NCCL, Gloo and TensorPipe settings for this node; changes nothing.
 
     Args:
         environ: The environment to plan for; None reads ``os.environ`` at call time.
         root: ``/`` or a host snapshot to read the host from.
-        config: The cluster contract; read from ``environ`` when None (a broken environment
-            becomes a finding, never an exception).
+        config: The cluster contract; read from ``environ`` when None. An invalid contract
+            plans nothing: a ``plan-config-invalid`` finding and a warning, or ``ConfigError``
+            with ``strict=True``.
         network: Interfaces, when already detected.
         rdma: RDMA devices, when already detected.
         host: Host facts (NCCL config files), when already detected.
         debug: Also set ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET`` when unset.
         override: Plan to replace user values that differ from the evidenced ones.
         nccl_version: Assume this NCCL version (e.g. ``"2.19.3"``) instead of detecting it.
+        strict: Raise ``ConfigError`` on an invalid contract instead of warning.
 
     Returns:
         The plan, e.g. with ``plan.env == {"NCCL_SOCKET_IFNAME": "ens1", ...}``.
 
     Raises:
+        ConfigError: With ``strict=True``, when the cluster environment is invalid.
         DiscoveryError: When ``root`` cannot be read.
+
+    Warns:
+        ClusterEnvWarning: When the cluster environment is invalid (nothing is planned), naming
+            every problem, e.g. ``WORLD_SIZE=2 != NUM_NODES*NUM_TRAINERS``.
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
     facts = Facts(environ=env, root=as_root(root), config=config, network=network, rdma=rdma,
                   host=host, nccl_version=nccl_version)
+    _judge_contract(facts, strict=strict, stacklevel=3)
     return plan_from_facts(facts, debug=debug, override=override)
+
+
+def _judge_contract(facts: Facts, *, strict: bool, stacklevel: int) -> None:
+    """An invalid contract: ``ConfigError`` when strict, else a ``ClusterEnvWarning`` naming
+    every problem (the plan is empty, and a silent empty plan looks like success)."""
+    check = facts.check
+    if check is None or check.config is not None:
+        return
+    if strict:
+        raise ConfigError(check.problems, source=check.source)
+    problems = "; ".join(str(p) for p in check.problems)
+    warnings.warn(
+        f"the cluster environment is invalid (source: {check.source}), so nothing is planned "
+        f"for NCCL, Gloo and TensorPipe: {problems}. Fix it (`clusterenv doctor` lists the "
+        "fixes), or pass strict=True to raise ConfigError instead",
+        ClusterEnvWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def plan_from_facts(facts: Facts, *, debug: bool = False, override: bool = False) -> NcclPlan:
@@ -217,8 +244,10 @@ def plan_from_facts(facts: Facts, *, debug: bool = False, override: bool = False
         ]
     flagged = [*socket_value_findings(facts), *rdma_value_findings(facts), *env_checks(facts)]
     changes = _decide(facts, proposals, flagged, override=override)
-    for _, finding in flagged:
-        if finding not in findings:
+    # A value the plan replaces no longer matters: its findings live on in the change's reason.
+    replaced = {c.name for c in changes if c.action == "override"}
+    for name, finding in flagged:
+        if name not in replaced and finding not in findings:
             findings.append(finding)
     cluster = facts.cluster_interface if facts.multi_node else None
     if cluster is not None and facts.management_reason(cluster) is not None:
@@ -263,7 +292,8 @@ def _decide(
         name = proposal.name
         found = facts.user_value(name)
         if found is None:
-            changes.append(EnvChange(name, proposal.value, None, "set", proposal.reason))
+            reason = "; ".join(r for r in (proposal.reason, proposal.unset_note) if r)
+            changes.append(EnvChange(name, proposal.value, None, "set", reason))
             continue
         value, origin = found
         if proposal.same(value):
@@ -273,9 +303,12 @@ def _decide(
                 origin, proposal.value,
             ))
         elif override:
+            harm = problems.get(name, [])
+            why = "; ".join(f.title for f in harm) or "it differs from the evidenced value"
             changes.append(EnvChange(
                 name, proposal.value, value, "override",
-                f"override=True replaces {value!r} ({_where(origin)}): {proposal.reason}",
+                f"override=True replaced it ({_where(origin)}): {why}; "
+                f"{proposal.value!r}: {proposal.reason}",
                 origin,
             ))
         else:
@@ -325,6 +358,7 @@ def apply_nccl_defaults(
     debug: bool = False,
     root: str | os.PathLike[str] = "/",
     nccl_version: str | None = None,
+    strict: bool = False,
 ) -> NcclPlan:
     """Apply :func:`plan_nccl_env` to ``environ`` (default ``os.environ``) and return the plan.
 
@@ -339,17 +373,24 @@ def apply_nccl_defaults(
         debug: Also set ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET`` when unset.
         root: ``/`` or a host snapshot.
         nccl_version: Assume this NCCL version (e.g. ``"2.19.3"``) instead of detecting it.
+        strict: Raise ``ConfigError`` on an invalid contract instead of warning.
 
     Returns:
         The plan that was applied.
 
+    Raises:
+        ConfigError: With ``strict=True``, when the cluster environment is invalid (nothing is
+            changed then).
+
     Warns:
-        ClusterEnvWarning: For each kept user value known to be harmful, and when
-            ``torch.distributed`` is already initialised (the changes come too late for it).
+        ClusterEnvWarning: When the cluster environment is invalid (nothing is planned), for
+            each kept user value known to be harmful, and when ``torch.distributed`` is already
+            initialised (the changes come too late for it).
     """
     target: MutableMapping[str, str] = os.environ if environ is None else environ
-    plan = plan_nccl_env(target, root=root, debug=debug, override=override,
-                         nccl_version=nccl_version)
+    facts = Facts(environ=target, root=as_root(root), nccl_version=nccl_version)
+    _judge_contract(facts, strict=strict, stacklevel=3)
+    plan = plan_from_facts(facts, debug=debug, override=override)
     if plan.env and _torch_distributed_initialised():
         warnings.warn(
             "torch.distributed is already initialised: NCCL and Gloo read these variables when "
