@@ -170,3 +170,27 @@ def test_capture_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     root, _ = _snapshot(tmp_path)
     assert main(["capture", str(tmp_path / "c"), "--root", str(root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)
+
+
+INJECTED = "\x1b[2J\x1b]0;owned\x07\nthis node: rank 0 (primary); cluster consistent (exit 0)"
+
+
+def test_names_from_a_snapshot_cannot_drive_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = _snapshot(tmp_path)
+    (root / "sys/class/net/ens1").rename(root / "sys/class/net" / f"e{INJECTED[:9]}x")
+    host = json.loads((root / HOST_JSON).read_text())
+    host["hostname"] = INJECTED
+    host["addresses"][f"e{INJECTED[:9]}x"] = ["10.65.0.9/24"]
+    host["environ"]["NCCL_SOCKET_IFNAME"] = INJECTED
+    (root / HOST_JSON).write_text(json.dumps(host))
+    (root / "etc/hosts").write_text(f"127.0.1.1 {INJECTED}\n")
+    for verb in ("show", "doctor", "env"):
+        main([verb, "--root", str(root)])
+        out = capsys.readouterr()
+        for text in (out.out, out.err):
+            assert "\x1b" not in text and "\x07" not in text, (verb, text)
+            assert not any(line.startswith("this node:") for line in text.splitlines())
+    main(["show", "--root", str(root)])
+    assert "e\\x1b[2J\\x1b]0;ox" in capsys.readouterr().out  # shown, escaped

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from clusterenv._cli.preflight import format_verdict
-from clusterenv.preflight import Fingerprint, PreflightResult
+from clusterenv.preflight import Fingerprint, PreflightError, PreflightResult, run_node
 from clusterenv.preflight.ring import RingListener, probe
 from clusterenv.preflight.wire import (
     FrameReader,
@@ -248,3 +248,25 @@ def test_the_ring_probes_only_the_address_a_node_connected_from() -> None:
     victim.close()
     hop = next(h for h in verdict.result().ring if h.source.rank == 1)
     assert hop.target.rank == 2 and hop.target.addr == LOOP and not hop.ok
+
+
+# -- the minor ones ---------------------------------------------------------------------------
+
+
+def test_timeout_1_against_a_silent_listener_takes_about_a_second() -> None:
+    # Before: the greeting wait (5 s) ignored --timeout; 5.4 s for --timeout 1.
+    with socket.create_server((LOOP, 0)) as silent:  # accepts (backlog), never greets
+        start = time.monotonic()
+        with pytest.raises(PreflightError, match="sent no preflight greeting"):
+            run_node(fingerprint(1), primary_addr=LOOP, port=silent.getsockname()[1],
+                     timeout=1.0)
+        assert time.monotonic() - start < 2.0
+
+
+def test_more_nodes_than_expected_are_counted_in_words() -> None:
+    with primary(fingerprint(0), expected=3, timeout=10) as (port, verdict):
+        got = [f.result(15) for f in nodes(port, [fingerprint(r) for r in (1, 1, 2)])]
+    assert got[0] == verdict.result() and got[0].reported == 4
+    text = format_verdict(PreflightResult(got[0].exit_code, "node", 1, "x", got[0]))
+    assert text.startswith("preflight: 4 nodes (3 expected) reported to "), text.splitlines()[0]
+    assert "4 of 3" not in text

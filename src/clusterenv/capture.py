@@ -114,7 +114,16 @@ def capture(
     if environ is None:
         environ = os.environ if host.is_live else (host.recorded_environ() or {})
     target = Path(dest)
-    _check_destination(target, host)
+    try:
+        _check_destination(target, host)
+    except OSError as e:
+        if isinstance(e, CaptureError):
+            raise
+        raise CaptureError(  # e.g. a destination this user may not list
+            f"cannot use {str(target)!r} as a snapshot destination: {e.strerror or e}; choose "
+            "a directory this user can read and write",
+            path=str(target),
+        ) from e
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         _remove_abandoned(target)
