@@ -14,7 +14,6 @@ under ``CI=true``.
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import skip_or_fail
+from tests.conftest import require_tool
 from tests.simcluster import ClusterFactory, NodeResult, SimCluster, SimNode
 
 pytestmark = [pytest.mark.netns, pytest.mark.torch, pytest.mark.usefixtures("torch_required")]
@@ -133,22 +132,16 @@ def within(measured: float, reference: float) -> bool:
     return abs(measured - reference) <= TOLERANCE * reference
 
 
-@pytest.fixture
-def tc_required() -> None:
-    if shutil.which("tc") is None and shutil.which("tc", path="/usr/sbin:/sbin") is None:
-        skip_or_fail("`tc` not found on PATH: install iproute2")
-
-
 #: The TCP comparison is re-measured (bench and streams both) up to this many times: on a
 #: shared machine the loopback-like veth path runs at whatever CPU share the moment gives,
 #: +-50 % within seconds. A systematic error stays outside the tolerance on every attempt.
 ATTEMPTS = 3
 
 
-@pytest.mark.usefixtures("tc_required")
 def test_bench_names_the_throttled_node_on_every_node(
     sim_cluster: ClusterFactory, tmp_path: Path
 ) -> None:
+    tc = require_tool("tc", "apt-get install iproute2")
     cluster = sim_cluster(3, trainers=1)
 
     results, reports = bench(cluster, tmp_path, "healthy")
@@ -164,7 +157,6 @@ def test_bench_names_the_throttled_node_on_every_node(
         assert not [f for f in report["findings"] if f["severity"] == "error"], text
 
     ns = cluster.nodes[2].netns
-    tc = shutil.which("tc") or shutil.which("tc", path="/usr/sbin:/sbin") or "tc"
     subprocess.run([tc, "-n", ns, "qdisc", "add", "dev", "ens1", "root", "tbf", "rate",
                     f"{THROTTLE_MBIT}mbit", "burst", "32kbit", "latency", "400ms"], check=True)
 
