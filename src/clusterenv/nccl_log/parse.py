@@ -205,7 +205,8 @@ class _Parser:
             if actions is None:
                 pos = line.find("NCCL ")
                 if (pos < 0 or line[pos + 5 : pos + 10] != "INFO " or len(line) >= limit
-                        or line.find("NCCL ", pos + 10) >= 0):
+                        or (line.find("NCCL ", pos + 10) >= 0
+                            and find_marker(line, pos + 10) >= 0)):
                     matched += analyse(line, number)  # ran its actions, remembered the line
                     cache_from, cache_limit = self.cache_from, self.cache_limit
                     continue
