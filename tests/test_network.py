@@ -21,6 +21,7 @@ from clusterenv.network import (
     NetworkInterfaces,
     _parse_mac,
     _parse_speed,
+    primary_variable,
     route_interface,
 )
 from clusterenv.testing import ARPHRD_INFINIBAND, HostBuilder
@@ -496,3 +497,26 @@ def test_live_host_lists_every_sysfs_interface() -> None:
     lo = net.get("lo")
     assert lo is not None and lo.is_loopback
     assert ipaddress.IPv4Interface("127.0.0.1/8") in lo.ipv4
+
+
+@pytest.mark.parametrize(("source", "environ", "expected"), [
+    ("runpod", None, "PRIMARY_ADDR"),
+    ("runpod", {"PRIMARY_ADDR": "10.65.0.2", "MASTER_ADDR": "10.65.0.2"}, "PRIMARY_ADDR"),
+    ("runpod", {"MASTER_ADDR": "10.65.0.2"}, "MASTER_ADDR"),
+    ("torchelastic", None, "MASTER_ADDR"),
+    ("generic", None, "MASTER_ADDR"),
+    ("slurm", None, "MASTER_ADDR"),
+    ("mpi", {"PRIMARY_ADDR": "10.65.0.2"}, "MASTER_ADDR"),
+])
+def test_one_rule_names_the_rendezvous_variable(
+    source: str, environ: dict[str, str] | None, expected: str
+) -> None:
+    # The interface choice, the plan and doctor all name the variable through this one rule.
+    from clusterenv._facts import Facts
+    from clusterenv._root import Root
+    from clusterenv.nccl.interface import primary_variable as for_facts
+
+    assert primary_variable(source, environ) == expected
+    if environ is not None:
+        facts = Facts(environ={**environ, "CLUSTERENV_SOURCE": source}, root=Root("/"))
+        assert for_facts(facts) == primary_variable(facts.source, facts.environ)

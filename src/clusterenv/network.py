@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -30,6 +30,7 @@ __all__ = [
     "ConfigAddresses",
     "Interface",
     "NetworkInterfaces",
+    "primary_variable",
     "route_interface",
 ]
 
@@ -149,12 +150,13 @@ class Interface:
         return json_fields(self, is_up=self.is_up, has_routable_address=self.has_routable_address)
 
 
-def _primary_variable(source: str) -> str:
-    if source in ("torchelastic", "generic"):
-        return "MASTER_ADDR"
-    if source == "local":
-        return "the local rendezvous address"
-    return "PRIMARY_ADDR"
+def primary_variable(source: str, environ: Mapping[str, str] | None = None) -> str:
+    """The variable a message names for the rendezvous address: ``"PRIMARY_ADDR"`` where the
+    Runpod source read it (when ``environ`` is given: only if it sets ``PRIMARY_ADDR``), else
+    ``"MASTER_ADDR"``, the name every launcher uses."""
+    if source == "runpod" and (environ is None or environ.get("PRIMARY_ADDR")):
+        return "PRIMARY_ADDR"
+    return "MASTER_ADDR"
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +270,8 @@ class NetworkInterfaces:
                     )
                 else:
                     notes.append(f"no interface holds NODE_ADDR {config.node_addr}")
-        variable = _primary_variable(config.source)
+        variable = ("the local rendezvous address" if config.source == "local"
+                    else primary_variable(config.source))
         primary = config.primary_addr
         try:
             candidates = self.on_subnet(primary)

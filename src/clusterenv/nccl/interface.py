@@ -23,6 +23,7 @@ from clusterenv.filters import (
     render_exact,
 )
 from clusterenv.findings import Finding
+from clusterenv.network import primary_variable as network_primary_variable
 
 if TYPE_CHECKING:
     from clusterenv._addresses import IPAddress
@@ -43,9 +44,9 @@ _SOCKET_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNA
 
 
 def primary_variable(facts: Facts) -> str:
-    if facts.source == "runpod" and facts.environ.get("PRIMARY_ADDR"):
-        return "PRIMARY_ADDR"
-    return "MASTER_ADDR"
+    """The variable a message names for the rendezvous address (:func:`network.primary_variable
+    <clusterenv.network.primary_variable>` on these facts)."""
+    return network_primary_variable(facts.source, facts.environ)
 
 
 def usable_cluster_interface(facts: Facts) -> str | None:
