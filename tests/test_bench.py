@@ -390,3 +390,22 @@ def test_a_result_survives_json() -> None:
                       transfers=measured(3, slow), min_fraction=0.5, elapsed_s=3.5,
                       truncated=True)
     assert BenchResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+
+
+def test_a_worker_reads_the_transport_from_its_own_nccl_debug_file(tmp_path: Path) -> None:
+    # The worker side of "which transport NCCL used", on the real NCCL 2.27 log.
+    import os
+    import shutil
+    import socket
+
+    from clusterenv.bench.worker import _nccl_transport
+
+    host = socket.gethostname()
+    shutil.copy(REAL_LOGS / "nccl-info-h100-roce-2.27-ofi-plugin-fallback-ib.txt",
+                tmp_path / f"nccl.{host}.{os.getpid()}.log")
+    pattern = str(tmp_path / "nccl.%h.%p.log")
+    transport, devices = _nccl_transport({"NCCL_DEBUG_FILE": pattern}, host)
+    assert transport == "IB"
+    assert devices[:2] == ("mlx5_0:1/RoCE", "mlx5_1:1/RoCE") and len(devices) == 8
+    assert _nccl_transport({}, host) == ("nccl", ())
+    assert _nccl_transport({"NCCL_DEBUG_FILE": str(tmp_path / "none.%p")}, host) == ("nccl", ())
