@@ -306,3 +306,36 @@ def test_slurm_tasks_read_their_ranks(
         assert r["env"]["SLURM_LOCALID"] == str(r["local_rank"])
         assert r["env"]["SLURM_NTASKS"] == "2"
         assert r["derived_primary"] == host
+
+
+# -- clusterenv launch --launcher srun / mpirun: the rendered lines really start the job ------
+
+
+def _launch(launcher: str, worker: Path, env: dict[str, str], cwd: Path
+            ) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "clusterenv", "launch", "-q", "--launcher", launcher,
+            "--nproc-per-node", "2", "--", str(worker)]
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=240,
+                          check=False)
+
+
+def test_launch_renders_an_srun_line_that_runs(
+    slurm_cluster: dict[str, str], worker: Path, tmp_path: Path
+) -> None:
+    env = {**slurm_cluster, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    proc = _launch("srun", worker, env, tmp_path)
+    found = results(proc.stdout)
+    assert proc.returncode == 0 and len(found) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    check_two_workers(found, "slurm")
+
+
+def test_launch_renders_an_mpirun_line_that_runs(worker: Path, tmp_path: Path) -> None:
+    require_tool("mpirun", "apt-get install openmpi-bin")
+    env = {**base_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           # root in a container, and maybe fewer cores than ranks: Open MPI's own switches
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    proc = _launch("mpirun", worker, env, tmp_path)
+    found = results(proc.stdout)
+    assert proc.returncode == 0 and len(found) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    check_two_workers(found, "mpi")

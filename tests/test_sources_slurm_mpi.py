@@ -6,6 +6,8 @@ Lightning's regex gets wrong (``rack[1-2]-node[01-02]``) and whitespace-separate
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -241,3 +243,41 @@ def test_skypilot_on_slurm_is_not_read_as_a_slurm_task() -> None:
            "SKYPILOT_NODE_IPS": "10.0.0.4\n10.0.0.5", "SKYPILOT_NUM_GPUS_PER_NODE": "8"}
     cfg = ClusterConfig.from_env(env)
     assert (cfg.source, cfg.primary_addr, cfg.node_addr) == ("skypilot", "10.0.0.4", "10.0.0.5")
+
+
+# -- rendering: srun and mpirun lines --------------------------------------------------------
+
+
+def test_srun_and_mpirun_lines() -> None:
+    from clusterenv.errors import LaunchError
+    from clusterenv.launch import mpirun_args, srun_args
+
+    cfg = ClusterConfig.from_env(SRUN_PER_NODE)
+    assert srun_args(cfg) == ["--nodes=2", "--ntasks-per-node=8", "--distribution=block",
+                              "--export=ALL,MASTER_ADDR=gpu-01,MASTER_PORT=19567"]
+    assert mpirun_args(cfg, nproc_per_node=4, hostfile="hosts", forward=["NCCL_SOCKET_IFNAME"]) == [
+        "-np", "8", "--map-by", "ppr:4:node", "--hostfile", "hosts", "-x", "MASTER_ADDR=gpu-01",
+        "-x", "MASTER_PORT=19567", "-x", "NCCL_SOCKET_IFNAME"]
+    with pytest.raises(LaunchError, match="needs a hostfile listing each node's cluster address"):
+        mpirun_args(cfg)
+    # What those lines start is read back as the same cluster: ranks in blocks of 8.
+    task = {**SRUN_TASK, "MASTER_ADDR": "gpu-01", "MASTER_PORT": "19567"}
+    back = ClusterConfig.from_env(task)
+    assert (back.num_nodes, back.num_trainers, back.primary_addr) == (2, 8, "gpu-01")
+
+
+def test_launch_dry_run_renders_srun_in_the_batch_script(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from clusterenv.cli import main
+    from clusterenv.testing import HostBuilder
+
+    batch = {k: v for k, v in SRUN_TASK.items() if not k.startswith("SLURM_STEP")
+             and k != "SLURM_NODEID"} | {"SLURM_PROCID": "0", "SLURM_GPUS_ON_NODE": "8"}
+    HostBuilder(tmp_path).loopback().environ(batch)
+    assert main(["launch", "--dry-run", "--json", "--launcher", "srun", "--root",
+                 str(tmp_path), "--", "train.py", "--lr", "3e-4"]) == 0
+    command = json.loads(capsys.readouterr().out)["command"]
+    assert command[0].endswith("srun") and command[-3:] == ["train.py", "--lr", "3e-4"]
+    assert command[1:5] == ["--nodes=2", "--ntasks-per-node=8", "--distribution=block",
+                            "--export=ALL,MASTER_ADDR=gpu-01,MASTER_PORT=19567"]

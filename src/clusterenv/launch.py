@@ -42,6 +42,7 @@ from clusterenv.findings import Finding
 from clusterenv.nccl.plan import NcclPlan, plan_from_facts
 
 __all__ = [
+    "LAUNCHERS",
     "TORCHRUN_MODULE",
     "LaunchPlan",
     "accelerate_args",
@@ -51,12 +52,18 @@ __all__ = [
     "exec_plan",
     "find_torchrun",
     "launch",
+    "mpirun_args",
     "plan_launch",
     "refusal",
+    "srun_args",
     "torchrun_args",
     "torchrun_env",
     "write_deepspeed_env",
 ]
+
+#: The launchers :func:`plan_launch` renders for: ``torchrun`` runs on every node; ``srun`` and
+#: ``mpirun`` run once (in the batch script, on the first node) and start every process.
+LAUNCHERS: tuple[str, ...] = ("torchrun", "srun", "mpirun")
 
 #: The module ``python -m`` runs when no ``torchrun`` script is on ``PATH``.
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -184,6 +191,71 @@ def accelerate_args(config: ClusterConfig, *, nproc_per_node: int | None = None)
         args.append("--multi_gpu")
     if config.num_nodes > 1:
         args += ["--same_network", "--rdzv_backend=static"]
+    return args
+
+
+# -- srun and mpirun: one command that starts every process ---------------------------------
+
+
+def srun_args(config: ClusterConfig, *, nproc_per_node: int | None = None) -> list[str]:
+    """``srun`` arguments that start one task per process on every node, in blocks.
+
+    Each task reads its ranks from ``SLURM_*`` (the ``slurm`` source); ``MASTER_ADDR`` and
+    ``MASTER_PORT`` are exported so that every task joins the same rendezvous.
+
+    Returns:
+        e.g. ``["--nodes=2", "--ntasks-per-node=8", "--distribution=block",
+        "--export=ALL,MASTER_ADDR=gpu-01,MASTER_PORT=19567"]``.
+    """
+    nproc = _nproc(config, nproc_per_node)
+    return [
+        f"--nodes={config.num_nodes}",
+        f"--ntasks-per-node={nproc}",
+        "--distribution=block",
+        f"--export=ALL,MASTER_ADDR={config.primary_addr},MASTER_PORT={config.primary_port}",
+    ]
+
+
+def mpirun_args(
+    config: ClusterConfig,
+    *,
+    nproc_per_node: int | None = None,
+    forward: Sequence[str] = (),
+    hostfile: str | os.PathLike[str] | None = None,
+) -> list[str]:
+    """Open MPI ``mpirun`` arguments: ``nproc_per_node`` ranks on each node, in blocks.
+
+    Open MPI passes no variable it is not told to, so ``MASTER_ADDR``, ``MASTER_PORT`` and the
+    names in ``forward`` (the NCCL/Gloo plan's) are exported with ``-x``.
+
+    Args:
+        config: The cluster contract.
+        nproc_per_node: Ranks per node; ``config.num_trainers`` by default.
+        forward: Further variables to export to every rank, e.g. ``["NCCL_SOCKET_IFNAME"]``.
+        hostfile: A hostfile listing every node's cluster address with ``slots=N``; required
+            for more than one node (only the user knows every node's address).
+
+    Raises:
+        LaunchError: Several nodes and no hostfile.
+
+    Returns:
+        e.g. ``["-np", "16", "--map-by", "ppr:8:node", "--hostfile", "hosts", "-x",
+        "MASTER_ADDR=10.65.0.2", "-x", "MASTER_PORT=29500"]``.
+    """
+    nproc = _nproc(config, nproc_per_node)
+    args = ["-np", str(config.num_nodes * nproc), "--map-by", f"ppr:{nproc}:node"]
+    if config.num_nodes > 1:
+        if hostfile is None:
+            raise LaunchError(
+                f"mpirun over {config.num_nodes} nodes needs a hostfile listing each node's "
+                f"cluster address with slots={nproc} (one line per node, the primary "
+                f"{config.primary_addr} first); only you know the other nodes' addresses"
+            )
+        args += ["--hostfile", os.fspath(hostfile)]
+    args += ["-x", f"MASTER_ADDR={config.primary_addr}", "-x",
+             f"MASTER_PORT={config.primary_port}"]
+    for name in forward:
+        args += ["-x", name]
     return args
 
 
@@ -336,6 +408,7 @@ def plan_launch(
     debug: bool = False,
     torchrun: Sequence[str] | None = None,
     nccl_version: str | None = None,
+    launcher: str = "torchrun",
 ) -> LaunchPlan:
     """Build the torchrun command and environment for this node; runs nothing, changes nothing.
 
@@ -349,6 +422,9 @@ def plan_launch(
         debug: Also set ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET``.
         torchrun: The torchrun command; found with :func:`find_torchrun` when None.
         nccl_version: Assume this NCCL version (e.g. ``"2.19.3"``) instead of detecting it.
+        launcher: ``"torchrun"`` (run on every node), or ``"srun"`` / ``"mpirun"`` (run
+            once, e.g. in the batch script: the command starts ``python SCRIPT`` on every node;
+            see :func:`srun_args` and :func:`mpirun_args`).
 
     Returns:
         The plan, whose ``command`` is e.g. ``("/opt/venv/bin/torchrun", "--nnodes=2", ...)``.
@@ -375,7 +451,7 @@ def plan_launch(
         )
     nproc = _nproc(config, nproc_per_node)
     findings: list[Finding] = []
-    if torchrun is None:
+    if torchrun is None and launcher == "torchrun":
         try:
             torchrun = find_torchrun(env)
         except LaunchError as e:
@@ -394,7 +470,18 @@ def plan_launch(
                   rdma=facts.rdma, host=facts.host)
     remaining, _, _ = diagnose_facts(after, debug=debug)
     findings += [f for f in remaining if f.code not in _NOT_FOR_LAUNCH]
-    argv = (*torchrun, *torchrun_args(config, nproc_per_node=nproc), *command)
+    tool = shutil.which(launcher, path=env.get("PATH")) or launcher
+    if launcher == "srun":
+        argv: tuple[str, ...] = (tool, *srun_args(config, nproc_per_node=nproc),
+                                 sys.executable, *command)
+    elif launcher == "mpirun":
+        argv = (tool, *mpirun_args(config, nproc_per_node=nproc, forward=sorted(nccl.env)),
+                sys.executable, *command)
+    elif launcher == "torchrun":
+        argv = (*(torchrun or ["torchrun"]), *torchrun_args(config, nproc_per_node=nproc),
+                *command)
+    else:
+        raise LaunchError(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
     return LaunchPlan(config, tuple(argv), nccl, tuple(dict.fromkeys(findings)), launch_env)
 
 
@@ -491,7 +578,9 @@ def exec_plan(plan: LaunchPlan, *, force: bool = False) -> NoReturn:
         # exec, not a child process: the job's exit status and signals are torchrun's own
         os.execve(plan.command[0], list(plan.command), dict(plan.environ))  # noqa: S606
     except OSError as e:
+        name = os.path.basename(plan.command[0])
+        hint = _INSTALL_TORCH if "torchrun" in name or "python" in name else "install it"
         raise LaunchError(
             f"could not start {plan.command[0]!r}: {e.strerror or e}; check that it is an "
-            f"executable torchrun ({_INSTALL_TORCH})"
+            f"executable {name} ({hint})"
         ) from e

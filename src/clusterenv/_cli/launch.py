@@ -52,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--nproc-per-node", type=_positive, metavar="N", default=None,
         help="processes on this node (default: NUM_TRAINERS, else the visible GPUs, else 1)",
     )
+    parser.add_argument(
+        "--launcher", choices=("torchrun", "srun", "mpirun"), default="torchrun",
+        help="torchrun (default: run this on every node), or srun / mpirun (run once, e.g. in "
+        "the batch script: it starts `python SCRIPT` on every node)",
+    )
     add_plan_options(parser)
     add_nccl_version(parser)
     parser.add_argument(
@@ -106,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_launch(
         environ, command=command, root=root, nproc_per_node=args.nproc_per_node,
         override=args.override, debug=args.debug, nccl_version=args.nccl_version,
-        torchrun=["torchrun"] if args.root is not None else None,
+        torchrun=["torchrun"] if args.root is not None else None, launcher=args.launcher,
     )
     refused = plan.refused and not args.force
     if not args.dry_run:
