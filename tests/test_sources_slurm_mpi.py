@@ -275,7 +275,8 @@ def test_launch_dry_run_renders_srun_in_the_batch_script(
     batch = {k: v for k, v in SRUN_TASK.items() if not k.startswith("SLURM_STEP")
              and k != "SLURM_NODEID"} | {"SLURM_PROCID": "0", "SLURM_GPUS_ON_NODE": "8"}
     HostBuilder(tmp_path).loopback().environ(batch)
-    assert main(["launch", "--dry-run", "--json", "--launcher", "srun", "--root",
+    # --force: this snapshot has only loopback, so the NCCL plan has errors to refuse on.
+    assert main(["launch", "--dry-run", "--force", "--json", "--launcher", "srun", "--root",
                  str(tmp_path), "--", "train.py", "--lr", "3e-4"]) == 0
     command = json.loads(capsys.readouterr().out)["command"]
     assert command[0].endswith("srun") and command[-3:] == ["train.py", "--lr", "3e-4"]
