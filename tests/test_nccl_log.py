@@ -759,8 +759,16 @@ def test_cli_says_when_there_is_nothing_from_nccl(
 ) -> None:
     path = tmp_path / "empty.log"
     path.write_text("epoch 1 loss 2.3\n", encoding="utf-8")
-    assert main(["nccl-log", str(path)]) == 0
-    assert "NCCL_DEBUG=INFO" in capsys.readouterr().out
+    # Nothing to judge is "could not check" (2), never "no problems found" (0).
+    for argv in (["nccl-log", str(path)], ["nccl-log", "--json", str(path)]):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert f"{path}: 1 lines, none from NCCL" in err and "NCCL_DEBUG=INFO" in err
+        assert "no problems found" not in out + err
+    empty = tmp_path / "nothing.log"
+    empty.write_bytes(b"")
+    assert main(["nccl-log", str(empty)]) == 2
 
 
 # -- nothing crashes it ----------------------------------------------------------------------

@@ -52,13 +52,23 @@ def _names(values: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print what the log shows and the findings; exit 1 on errors, 2 when unreadable."""
+    """Print what the log shows and the findings; exit 1 on errors, 2 when unreadable or when
+    it has no NCCL line."""
     if args.file == "-" and sys.stdin is None:
         from clusterenv.errors import DiscoveryError
 
         raise DiscoveryError("standard input is closed: give the log's path, or pipe it in "
                              "(`… | clusterenv nccl-log -`)", path="-")
     log = read_nccl_log(sys.stdin.buffer if args.file == "-" else args.file)
+    if log.lines_matched == 0:
+        # Nothing to judge is not "no problems": exit 2, as for an unreadable file.
+        source = "standard input" if args.file == "-" else args.file
+        print(f"clusterenv nccl-log: {source}: {log.lines_read} lines, none from NCCL; expected "
+              "the output of a job run with NCCL_DEBUG=INFO (lines such as "
+              "'node-0:1234:1234 [0] NCCL INFO Bootstrap : Using ens1:10.65.0.2<0>'), "
+              "e.g. NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET torchrun ... 2>&1 | tee job.log",
+              file=sys.stderr)
+        return 2
     management = _names(args.management_interface)
     # `--source runpod` (or CLUSTERENV_SOURCE=runpod) says the log comes from a Runpod cluster,
     # whose eth0 is management only: NCCL sockets there are then errors, not guesses
