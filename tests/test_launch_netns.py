@@ -133,3 +133,18 @@ def test_plain_torchrun_fails_over_loopback_and_doctor_names_the_hostname(
         assert gloo and gloo[0]["severity"] == "error", node_report["findings"]
         assert f"{node.hostname!r} resolves to 127.0.1.1" in gloo[0]["title"], gloo
         assert "GLOO_SOCKET_IFNAME=ens1" in gloo[0]["fix"], gloo
+
+
+def test_the_quickstart_runpod_recipe_end_to_end(sim_cluster: ClusterFactory) -> None:
+    """docs/quickstart.md's Runpod recipe, in order, on every node of the Runpod layout (host
+    names on eth0): env + doctor (exit 0), preflight on all nodes at once, then launch."""
+    cluster = sim_cluster(2, trainers=2, hosts="management-all")
+    cli = f"{sys.executable} -m clusterenv"
+    recipe = (f'eval "$({cli} env)" && {cli} doctor > /dev/null && '
+              f"{cli} preflight --ring --timeout 30 && "
+              f"{cli} launch -q -- {STEP} --timeout 30")
+    results = cluster.run_all(lambda node: ["sh", "-c", recipe], timeout=150, cwd=REPO,
+                              stop_on_failure=True)
+    for node, result in zip(cluster.nodes, results, strict=True):
+        assert result.returncode == 0, report(results)
+        assert ok_ranks(result) == {2 * node.rank, 2 * node.rank + 1}, report(results)
