@@ -14,11 +14,15 @@ The time is from the nodes' start to the last node holding its verdict. Goals (e
 missed): under attack, the verdict within the baseline time + 1 s, and the primary's peak RSS
 under 64 MB.
 
-Run: ``python benchmarks/bench_preflight_hostile.py``
+Each scenario runs ``--runs`` times (default 3); the fastest verdict and the largest peak RSS
+count.
+
+Run: ``python benchmarks/bench_preflight_hostile.py [--runs N]``
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import socket
@@ -98,14 +102,26 @@ def run(scenario: str) -> tuple[float, dict[str, float]]:
     return elapsed, report
 
 
+def best(scenario: str, runs: int) -> tuple[float, dict[str, float]]:
+    """The fastest of ``runs`` runs (noise on a shared machine only ever adds time), with the
+    largest peak RSS seen in any of them."""
+    results = [run(scenario) for _ in range(runs)]
+    took = min(t for t, _ in results)
+    report = dict(max((r for _, r in results), key=lambda r: r["rss_mb"]))
+    return took, report
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=3, help="runs per scenario (default 3)")
+    args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 4096), hard), hard))
-    base, base_report = run("baseline")
+    base, base_report = best("baseline", args.runs)
     print(f"baseline : verdict in {base:.3f} s, primary peak RSS {base_report['rss_mb']:.1f} MB")
     failed = False
     for scenario, label in (("junk", "300 junk connections"), ("idle", "500 idle connections")):
-        took, report = run(scenario)
+        took, report = best(scenario, args.runs)
         ok = took <= base + SLACK_S and report["rss_mb"] < RSS_GOAL_MB
         failed |= not ok
         print(f"{label:22}: verdict in {took:.3f} s (goal <= {base + SLACK_S:.3f}), primary peak "

@@ -8,11 +8,13 @@ honest nodes got (the verdict, the same on every node) and their exit codes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import resource
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -270,3 +272,28 @@ def test_more_nodes_than_expected_are_counted_in_words() -> None:
     text = format_verdict(PreflightResult(got[0].exit_code, "node", 1, "x", got[0]))
     assert text.startswith("preflight: 4 nodes (3 expected) reported to "), text.splitlines()[0]
     assert "4 of 3" not in text
+
+
+def test_fingerprints_that_fill_the_budget_cannot_keep_a_missing_rank_out() -> None:
+    # Without a token anyone may report; made-up ranks use up the run's budget
+    # (4 x NUM_NODES + 64 well-formed fingerprints), but a rank still missing is always taken.
+    limits = dataclasses.replace(FAST, max_connections=1, connection_slack=64)  # budget 67
+    fakes = [encode_json(wire_body(fingerprint(r))) for r in range(100, 170)]
+    with primary(fingerprint(0), expected=3, limits=limits) as (port, verdict), \
+            ThreadPoolExecutor(len(fakes)) as pool:
+        floods = [pool.submit(_quiet, raw_fingerprint, port, p) for p in fakes]
+        time.sleep(0.3)
+        got = [f.result(15) for f in nodes(port, [fingerprint(1), fingerprint(2)])]
+        for flood in floods:
+            flood.result(15)
+    result = verdict.result()
+    assert got == [result, result]
+    assert "preflight-rank-missing" not in {p.code for p in result.problems}  # 1 and 2 counted
+    assert result.reported == 3 + 67  # the budget, and not one fingerprint more
+    assert any("too many messages in this run" in r for r in result.rejected)
+
+
+def _quiet(function: Any, *args: Any) -> Any:
+    with contextlib.suppress(OSError):
+        return function(*args)
+    return None

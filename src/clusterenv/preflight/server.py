@@ -229,7 +229,14 @@ class PrimaryServer(ConnectionLoop):
         except ValueError as e:
             raise WireError("fingerprint 'nonce' is not hexadecimal") from e
         fingerprint = Fingerprint.from_wire(fp_data)
-        if not self._count_work(conn):
+        # A rank that is still missing is always taken, budget or not: peers that fill the
+        # budget with made-up ranks cannot keep a real node's fingerprint out.
+        rank = fingerprint.rank
+        missing = rank is not None and 0 <= rank < self.expected_nodes and rank != self.own.rank \
+            and all(c.fingerprint is None or c.fingerprint.rank != rank for c in self._accepted)
+        if missing:
+            self._work += 1
+        elif not self._count_work(conn):
             return
         ring = body.get("ring")
         if isinstance(ring, dict):
