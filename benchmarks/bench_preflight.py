@@ -27,7 +27,7 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
-from clusterenv.preflight import Fingerprint, RdmaSummary, Verdict, serve_primary
+from clusterenv.preflight import Fingerprint, PreflightOptions, RdmaSummary, Verdict, serve_primary
 from clusterenv.preflight.wire import (
     DEFAULT_LIMITS,
     FrameReader,
@@ -69,7 +69,7 @@ def typical_fingerprint(rank: int, nodes: int) -> Fingerprint:
 def _primary(nodes: int, conn: Connection) -> None:
     own = typical_fingerprint(0, nodes)
     verdict = serve_primary(own, listen_addr="127.0.0.1", port=0, expected_nodes=nodes,
-                            timeout=60.0, on_listening=conn.send)
+                            options=PreflightOptions(timeout=60.0), on_listening=conn.send)
     conn.send((verdict.elapsed_s, verdict.reported, len(verdict.problems)))
 
 

@@ -32,7 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from clusterenv.preflight import Fingerprint, run_node
+from clusterenv.preflight import Fingerprint, PreflightOptions, run_node
 
 NODES = 4
 RSS_GOAL_MB = 64.0
@@ -40,13 +40,13 @@ SLACK_S = 1.0
 
 _PRIMARY = """
 import json, resource, sys
-from clusterenv.preflight import Fingerprint, serve_primary
+from clusterenv.preflight import Fingerprint, PreflightOptions, serve_primary
 own = Fingerprint(rank=0, num_nodes={nodes}, num_trainers=8, hostname="node-0",
                   interface="ens1", mtu=9000, env={{"NCCL_SOCKET_IFNAME": "ens1"}})
 def ready(port):
     print(port, flush=True)
 verdict = serve_primary(own, listen_addr="127.0.0.1", port=0, expected_nodes={nodes},
-                        timeout=30, on_listening=ready)
+                        options=PreflightOptions(timeout=30), on_listening=ready)
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"rss_mb": usage.ru_maxrss / 1024, "exit_code": verdict.exit_code,
                    "reported": verdict.reported, "rejected": verdict.rejected_total}}))
@@ -88,7 +88,7 @@ def run(scenario: str) -> tuple[float, dict[str, float]]:
             thread.start()
     with ThreadPoolExecutor(NODES - 1) as pool:
         futures = [pool.submit(run_node, honest(r), primary_addr="127.0.0.1", port=port,
-                               timeout=20) for r in range(1, NODES)]
+                               options=PreflightOptions(timeout=20)) for r in range(1, NODES)]
         verdicts = [f.result(60) for f in futures]
     elapsed = time.monotonic() - start
     stop.set()

@@ -31,6 +31,7 @@ from clusterenv.preflight import (
     NodeRef,
     NodeSummary,
     PreflightError,
+    PreflightOptions,
     PrimaryServer,
     Problem,
     RdmaSummary,
@@ -41,6 +42,7 @@ from clusterenv.preflight import (
     default_port,
     preflight,
     run_node,
+    serve_primary,
 )
 from clusterenv.preflight.compare import ranks_text
 from clusterenv.preflight.fingerprint import compared_environment, is_secret_name
@@ -438,7 +440,8 @@ def primary(
     ring: bool = False, limits: Limits = FAST,
 ) -> Iterator[tuple[int, Future[Verdict]]]:
     server = PrimaryServer(own, listen_addr=LOOP, port=0, expected_nodes=expected,
-                           timeout=timeout, token=token, ring=ring, limits=limits)
+                           options=PreflightOptions(timeout=timeout, token=token, ring=ring,
+                                                    limits=limits))
     port = server.bind()
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(server.serve)
@@ -475,8 +478,8 @@ def nodes(
 ) -> list[Future[Verdict]]:
     pool = ThreadPoolExecutor(len(fps))
     futures = [
-        pool.submit(run_node, fp, primary_addr=LOOP, port=port, timeout=timeout, token=token,
-                    limits=FAST)
+        pool.submit(run_node, fp, primary_addr=LOOP, port=port,
+                    options=PreflightOptions(timeout=timeout, token=token, limits=FAST))
         for fp in fps
     ]
     pool.shutdown(wait=False)
@@ -605,7 +608,8 @@ def test_nothing_answers_means_exit_2_naming_the_address() -> None:
         port = placeholder.getsockname()[1]  # bound, never listening: connections are refused
         start = time.monotonic()
         with pytest.raises(PreflightError) as caught:
-            run_node(fingerprint(1), primary_addr=LOOP, port=port, timeout=1.0, limits=FAST)
+            run_node(fingerprint(1), primary_addr=LOOP, port=port,
+                     options=PreflightOptions(timeout=1.0, limits=FAST))
     assert 0.9 < time.monotonic() - start < 4
     message = str(caught.value)
     assert f"no answer from the primary at 127.0.0.1:{port}" in message
@@ -630,8 +634,8 @@ def test_another_program_on_the_port_is_named(reply: bytes | None, message: str)
     thread.start()
     try:
         with pytest.raises(PreflightError, match=message):
-            run_node(fingerprint(1), primary_addr=LOOP, port=port, timeout=5,
-                     limits=dataclasses.replace(FAST, peer_timeout=0.5))
+            run_node(fingerprint(1), primary_addr=LOOP, port=port, options=PreflightOptions(
+                timeout=5, limits=dataclasses.replace(FAST, peer_timeout=0.5)))
     finally:
         thread.join(5)
         server.close()
@@ -639,14 +643,14 @@ def test_another_program_on_the_port_is_named(reply: bytes | None, message: str)
 
 def test_a_node_started_before_the_primary_retries_until_it_is_up() -> None:
     own = fingerprint(0, nodes=2)
-    server = PrimaryServer(own, listen_addr=LOOP, port=0, expected_nodes=2, timeout=10,
-                           limits=FAST)
+    server = PrimaryServer(own, listen_addr=LOOP, port=0, expected_nodes=2,
+                           options=PreflightOptions(timeout=10, limits=FAST))
     port = server.bind()
     server.close()  # the port is known but nobody listens yet
     early = nodes(port, [fingerprint(1, nodes=2)], timeout=10)[0]
     time.sleep(0.7)
-    late = PrimaryServer(own, listen_addr=LOOP, port=port, expected_nodes=2, timeout=10,
-                         limits=FAST)
+    late = PrimaryServer(own, listen_addr=LOOP, port=port, expected_nodes=2,
+                         options=PreflightOptions(timeout=10, limits=FAST))
     verdict = late.serve()
     assert early.result(15) == verdict and verdict.exit_code == 0
 
@@ -660,8 +664,9 @@ def token_run(primary_token: bytes | None, node_tokens: list[bytes | None]) -> t
     results: list[Verdict | PreflightError] = []
     with primary(own, expected=len(fps) + 1, timeout=3, token=primary_token) as (port, verdict):
         pool = ThreadPoolExecutor(len(fps))
-        futures = [pool.submit(run_node, fp, primary_addr=LOOP, port=port, timeout=5, token=t,
-                               limits=FAST) for fp, t in zip(fps, node_tokens, strict=True)]
+        futures = [pool.submit(run_node, fp, primary_addr=LOOP, port=port,
+                               options=PreflightOptions(timeout=5, token=t, limits=FAST))
+                   for fp, t in zip(fps, node_tokens, strict=True)]
         for future in futures:
             try:
                 results.append(future.result(15))
@@ -860,13 +865,14 @@ def test_ipv6_primary() -> None:
     except OSError as e:
         pytest.skip(f"no IPv6 loopback here: {e}")
     own = fingerprint(0, nodes=2, node_addr="::1", primary_addr="::1")
-    server = PrimaryServer(own, listen_addr="::1", port=0, expected_nodes=2, timeout=5,
-                           ring=True, limits=FAST)
+    server = PrimaryServer(own, listen_addr="::1", port=0, expected_nodes=2,
+                           options=PreflightOptions(timeout=5, ring=True, limits=FAST))
     port = server.bind()
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(server.serve)
         got = run_node(fingerprint(1, nodes=2, node_addr="::1", primary_addr="::1"),
-                       primary_addr="::1", port=port, timeout=5, limits=FAST)
+                       primary_addr="::1", port=port,
+                       options=PreflightOptions(timeout=5, limits=FAST))
         verdict = future.result(15)
     assert got == verdict and verdict.exit_code == 0, verdict.problems
     assert verdict.primary == f"[::1]:{port}" and verdict.nodes[1].addr == "::1"
@@ -893,3 +899,15 @@ def test_human_output_of_a_broken_big_cluster() -> None:
     assert text.endswith("this node: rank 3 (node); cluster problems found (exit 1)")
     failed = PreflightResult(2, "node", 1, "10.65.0.2:29501", None, "no answer")
     assert format_verdict(failed) == "preflight could not complete: no answer"
+
+
+def test_timeout_token_ring_and_limits_travel_as_one_options_object() -> None:
+    import inspect
+
+    bundle = {"timeout", "token", "ring", "limits"}
+    for function in (PrimaryServer, serve_primary, run_node):
+        parameters = set(inspect.signature(function).parameters)
+        assert "options" in parameters and not bundle & parameters, function
+    assert PreflightOptions().timeout == 30.0
+    with pytest.raises(ValueError, match="timeout=0"):
+        PreflightOptions(timeout=0)

@@ -19,7 +19,13 @@ from typing import Any
 import pytest
 
 from clusterenv._cli.preflight import format_verdict
-from clusterenv.preflight import Fingerprint, PreflightError, PreflightResult, run_node
+from clusterenv.preflight import (
+    Fingerprint,
+    PreflightError,
+    PreflightOptions,
+    PreflightResult,
+    run_node,
+)
 from clusterenv.preflight.ring import RingListener, probe
 from clusterenv.preflight.wire import (
     FrameReader,
@@ -261,7 +267,7 @@ def test_timeout_1_against_a_silent_listener_takes_about_a_second() -> None:
         start = time.monotonic()
         with pytest.raises(PreflightError, match="sent no preflight greeting"):
             run_node(fingerprint(1), primary_addr=LOOP, port=silent.getsockname()[1],
-                     timeout=1.0)
+                     options=PreflightOptions(timeout=1.0))
         assert time.monotonic() - start < 2.0
 
 

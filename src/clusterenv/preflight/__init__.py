@@ -49,6 +49,7 @@ from clusterenv.preflight.fingerprint import (
     collect_fingerprint,
 )
 from clusterenv.preflight.node import PreflightError, run_node
+from clusterenv.preflight.options import PreflightOptions
 from clusterenv.preflight.server import PrimaryServer, serve_primary
 from clusterenv.preflight.verdict import NodeRef, NodeSummary, Problem, RingHop, Verdict
 from clusterenv.preflight.wire import DEFAULT_LIMITS, Limits
@@ -65,6 +66,7 @@ __all__ = [
     "NodeRef",
     "NodeSummary",
     "PreflightError",
+    "PreflightOptions",
     "PreflightResult",
     "PrimaryServer",
     "Problem",
@@ -166,6 +168,9 @@ def preflight(
             Nodes follow the primary's choice.
         limits: Size, time and connection bounds.
 
+    ``timeout``, ``ring``, ``limits`` and the token (``CLUSTERENV_PREFLIGHT_TOKEN``) become one
+    :class:`PreflightOptions`, which the primary and the node's side take.
+
     Returns:
         The result; ``exit_code`` 2 with ``error`` set when it could not complete.
 
@@ -173,14 +178,13 @@ def preflight(
         ValueError: ``timeout`` not positive or ``port`` outside 1–65535.
         DiscoveryError: When ``root`` cannot be read.
     """
-    if not timeout > 0:
-        raise ValueError(f"timeout={timeout!r}: expected a positive number of seconds")
     if port is not None and not 1 <= port <= 65535:
         raise ValueError(f"port={port!r}: expected 1..65535")
     start = time.monotonic()
     env: Mapping[str, str] = os.environ if environ is None else environ
+    options = PreflightOptions(timeout=timeout, token=env.get(TOKEN_VARIABLE, "").encode() or None,
+                               ring=ring, limits=limits)
     own, facts = _collect(env, as_root(root))
-    token = env.get(TOKEN_VARIABLE, "").encode() or None
 
     def failed(role: Role, endpoint: str | None, error: str) -> PreflightResult:
         return PreflightResult(2, role, own.rank, endpoint, None, error,
@@ -205,8 +209,7 @@ def preflight(
         endpoint = format_host_port(listen, chosen_port)
         try:
             verdict = serve_primary(own, listen_addr=listen, port=chosen_port,
-                                    expected_nodes=own.num_nodes, timeout=timeout, token=token,
-                                    ring=ring, limits=limits)
+                                    expected_nodes=own.num_nodes, options=options)
         except OSError as e:
             return failed("primary", endpoint, f"cannot listen on {endpoint}: "
                           f"{e.strerror or e}; another program may hold the port: choose another "
@@ -215,8 +218,8 @@ def preflight(
                                round(time.monotonic() - start, 3))
     endpoint = format_host_port(own.primary_addr, chosen_port)
     try:
-        verdict = run_node(own, primary_addr=own.primary_addr, port=chosen_port, timeout=timeout,
-                           token=token, source_addr=own.node_addr, limits=limits)
+        verdict = run_node(own, primary_addr=own.primary_addr, port=chosen_port,
+                           options=options, source_addr=own.node_addr)
     except PreflightError as e:
         message = str(e)
         if own.rank == 0:

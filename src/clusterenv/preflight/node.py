@@ -17,10 +17,10 @@ from typing import Any
 from clusterenv._text import clip
 from clusterenv.errors import ClusterEnvError
 from clusterenv.preflight.fingerprint import TOKEN_VARIABLE, Fingerprint
+from clusterenv.preflight.options import PreflightOptions
 from clusterenv.preflight.ring import PROBE_TIMEOUT_S, RingListener, probe, read_frame
 from clusterenv.preflight.verdict import Verdict
 from clusterenv.preflight.wire import (
-    DEFAULT_LIMITS,
     FrameReader,
     Kind,
     Limits,
@@ -117,10 +117,8 @@ def run_node(
     *,
     primary_addr: str,
     port: int,
-    timeout: float,
-    token: bytes | None = None,
+    options: PreflightOptions,
     source_addr: str | None = None,
-    limits: Limits = DEFAULT_LIMITS,
 ) -> Verdict:
     """Send ``fingerprint`` to the primary and return its verdict.
 
@@ -128,22 +126,21 @@ def run_node(
         fingerprint: This node's fingerprint.
         primary_addr: e.g. ``"10.65.0.2"``.
         port: The preflight port, e.g. ``29501``.
-        timeout: Seconds to keep trying to reach the primary, e.g. ``30``.
-        token: The shared secret, when ``CLUSTERENV_PREFLIGHT_TOKEN`` is set.
+        options: Its ``timeout`` (seconds to keep trying to reach the primary), ``token`` and
+            ``limits``; ``ring`` is the primary's to decide.
         source_addr: Bind the connection to this local address (the node's ``NODE_ADDR``), so
             it leaves through the cluster interface; ignored when the address is not local.
-        limits: Size and time bounds.
 
     Raises:
         PreflightError: With what failed and what to check.
     """
     where = format_host_port(primary_addr, port)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + options.timeout
     while True:
         try:
             return _attempt(fingerprint, where=where, primary_addr=primary_addr, port=port,
-                            deadline=deadline, token=token, source_addr=source_addr,
-                            limits=limits)
+                            deadline=deadline, token=options.token, source_addr=source_addr,
+                            limits=options.limits)
         except _Dropped as e:
             # Closed before the verdict with no reason given: the primary made room for other
             # connections (or restarted). Reconnect while this node's time lasts; the primary

@@ -23,6 +23,7 @@ from typing import Any
 from clusterenv.preflight.compare import compare
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.loop import Conn, ConnectionLoop, host_of
+from clusterenv.preflight.options import PreflightOptions
 from clusterenv.preflight.ring import PROBE_TIMEOUT_S, probe
 from clusterenv.preflight.verdict import (
     TABLE_LIMIT,
@@ -33,10 +34,8 @@ from clusterenv.preflight.verdict import (
     fit_verdict,
 )
 from clusterenv.preflight.wire import (
-    DEFAULT_LIMITS,
     Frame,
     Kind,
-    Limits,
     WireError,
     decode_object,
     encode_frame,
@@ -81,15 +80,14 @@ class PrimaryServer(ConnectionLoop):
             production; tests and benchmarks pass ``"127.0.0.1"``).
         port: TCP port, e.g. ``29501``; ``0`` lets the kernel choose (see :attr:`port`).
         expected_nodes: ``NUM_NODES``, e.g. ``4``.
-        timeout: Seconds to wait for every node, from :meth:`serve`, e.g. ``30``.
-        token: The shared secret; when given, fingerprints without a valid MAC are refused.
-        ring: Ask the nodes to probe their successor in rank order.
-        limits: Size, time and connection bounds.
+        options: ``timeout`` (seconds to wait for every node, from :meth:`serve`), ``token``
+            (fingerprints without a valid MAC are refused), ``ring`` (ask the nodes to probe
+            their successor in rank order) and ``limits``.
 
     Example::
 
         with PrimaryServer(fp, listen_addr="127.0.0.1", port=0, expected_nodes=3,
-                           timeout=10) as server:
+                           options=PreflightOptions(timeout=10)) as server:
             start_nodes(server.port)
             verdict = server.serve()
     """
@@ -101,12 +99,10 @@ class PrimaryServer(ConnectionLoop):
         listen_addr: str,
         port: int,
         expected_nodes: int,
-        timeout: float,
-        token: bytes | None = None,
-        ring: bool = False,
-        limits: Limits = DEFAULT_LIMITS,
+        options: PreflightOptions,
     ) -> None:
         nodes = max(1, expected_nodes)
+        ring, limits = options.ring, options.limits
         expect = {Kind.FINGERPRINT, Kind.PROBE, *((Kind.RING_RESULT,) if ring else ())}
         super().__init__(
             listen_addr=listen_addr, port=port, limits=limits, expect=expect,
@@ -115,8 +111,9 @@ class PrimaryServer(ConnectionLoop):
         )
         self.own = own
         self.expected_nodes = nodes
-        self.timeout = timeout
-        self.token = token or None
+        self.options = options
+        self.timeout = options.timeout
+        self.token = options.token or None
         self.ring = ring
         self._accepted: list[Conn] = []
         self._collecting = True
@@ -384,10 +381,7 @@ def serve_primary(
     listen_addr: str,
     port: int,
     expected_nodes: int,
-    timeout: float,
-    token: bytes | None = None,
-    ring: bool = False,
-    limits: Limits = DEFAULT_LIMITS,
+    options: PreflightOptions,
     on_listening: Callable[[int], None] | None = None,
 ) -> Verdict:
     """Run the primary once: bind ``listen_addr:port``, collect, compare, answer, close.
@@ -399,7 +393,7 @@ def serve_primary(
         OSError: When the address cannot be bound (not on this host, port in use).
     """
     with PrimaryServer(own, listen_addr=listen_addr, port=port, expected_nodes=expected_nodes,
-                       timeout=timeout, token=token, ring=ring, limits=limits) as server:
+                       options=options) as server:
         if on_listening is not None:
             on_listening(server.port)
         return server.serve()
