@@ -28,6 +28,7 @@ def bench(*args: str, env: dict[str, str] | None = None,
     (["--min-fraction", "2"], "2: expected a fraction in (0, 1], e.g. 0.5"),
     (["--time-limit", "0"], "expected a positive number of seconds"),
     (["--iters", "0"], "0: expected at least 1"),
+    (["--warmup", "-1"], "-1: expected 0 or more"),
     (["--backend", "mpi"], "invalid choice: 'mpi'"),
 ])
 def test_bad_options_exit_2_naming_the_value(args: list[str], message: str) -> None:

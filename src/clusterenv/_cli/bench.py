@@ -54,6 +54,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: expected 0 or more")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -91,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--iters", type=_positive_int, default=None, metavar="N",
                         help="timed iterations per measurement (default 20 on GPU, 5 on CPU)")
-    parser.add_argument("--warmup", type=int, default=None, metavar="N",
+    parser.add_argument("--warmup", type=_non_negative_int, default=None, metavar="N",
                         help="untimed iterations first (default 5 on GPU, 1 on CPU)")
     parser.add_argument(
         "--time-limit", type=_seconds, default=_DEFAULT_TIME_LIMIT, metavar="SECONDS",
