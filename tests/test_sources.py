@@ -157,6 +157,10 @@ REFUSED: list[tuple[str, dict[str, str], set[str], str]] = [
     ("worker-without-local-world-size-multi-node", {
         "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "10.1.0.1",
         "MASTER_PORT": "1234"}, {"LOCAL_WORLD_SIZE"}, "not set"),
+    # A launcher that set both ranks but no WORLD_SIZE: torch's env:// would fail too.
+    ("worker-without-world-size", {"RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                                   "MASTER_PORT": "1234"}, {"WORLD_SIZE", "LOCAL_WORLD_SIZE"},
+     "WORLD_SIZE is not set"),
     ("ray-node-rank-disagrees-with-ranks", {**RAY, "NODE_RANK": "0"},
      {"NODE_RANK", "RANK", "LOCAL_WORLD_SIZE"}, "does not match"),
 ]

@@ -1,7 +1,8 @@
 """Workers of launchers that follow torch's ``env://`` contract without being torchrun.
 
-- ``worker``: any process with ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` set (and no
-  ``TORCHELASTIC_RUN_ID``): submitit's ``export()``, hand-written launch scripts.
+- ``worker``: any process with ``RANK`` and ``LOCAL_RANK`` set (and no
+  ``TORCHELASTIC_RUN_ID``; ``WORLD_SIZE`` is then required): submitit's ``export()``,
+  hand-written launch scripts.
 - ``ray``: a Ray Train worker (``ACCELERATE_TORCH_DEVICE`` next to the full set, plus
   ``NODE_RANK`` and ``LOCAL_WORLD_SIZE``); Ray sets the variables inside the actor.
 - ``azureml``: an Azure Machine Learning ``pytorch`` distribution job (``AZUREML_*``), which
@@ -70,8 +71,9 @@ class WorkerSource(Source):
     node_rank_variable: ClassVar[str | None] = None
 
     def matches(self, environ: Mapping[str, str]) -> bool:
-        """``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` are all set."""
-        return _has_full_set(environ)
+        """``RANK`` and ``LOCAL_RANK`` are set: a launched process, even when the launcher
+        forgot ``WORLD_SIZE`` (then reported missing, as torch's ``env://`` would fail)."""
+        return bool(environ.get("RANK")) and bool(environ.get("LOCAL_RANK"))
 
     def read(self, environ: Mapping[str, str], root: Root) -> Reading:
         """Read the ``env://`` variables, and the launcher's own node index where it has one."""
