@@ -22,72 +22,10 @@ Example::
 
 from __future__ import annotations
 
-from clusterenv.filters.language import (
-    IB_HCA,
-    SOCKET_IFNAME,
-    FilterToken,
-    NcclFilter,
-    nccl_default_interfaces,
-    needs_exact,
-    parse_filter,
-    render_exact,
-)
-from clusterenv.filters.lint import (
-    ALL_CODES,
-    FILTER_BAD_PORT,
-    FILTER_EMPTY_LIST,
-    FILTER_IGNORED_SHORT,
-    FILTER_IP_ADDRESS,
-    FILTER_LEAVES_AVOIDED,
-    FILTER_MATCHES_NOTHING,
-    FILTER_MODIFIER_ORDER,
-    FILTER_MODIFIER_REPEATED,
-    FILTER_PORT_ON_SOCKET,
-    FILTER_PREFIX_COLLISION,
-    FILTER_PREFIX_MULTIPLE,
-    FILTER_SELECTS_AVOIDED,
-    FILTER_TOKEN_UNMATCHED,
-    FILTER_TOO_MANY_TOKENS,
-    FILTER_WHITESPACE,
-    IFNAME_IGNORED_SHORT,
-    IFNAME_IP_ADDRESS,
-    IFNAME_MULTIPLE,
-    IFNAME_NCCL_SYNTAX,
-    IFNAME_NO_SUCH_INTERFACE,
-    lint_exact_names,
-    lint_filter,
-)
+from clusterenv.filters import language, lint
+from clusterenv.filters.language import *  # noqa: F403  # the façade: each part's __all__
+from clusterenv.filters.lint import *  # noqa: F403
 
-__all__ = [
-    "ALL_CODES",
-    "FILTER_BAD_PORT",
-    "FILTER_EMPTY_LIST",
-    "FILTER_IGNORED_SHORT",
-    "FILTER_IP_ADDRESS",
-    "FILTER_LEAVES_AVOIDED",
-    "FILTER_MATCHES_NOTHING",
-    "FILTER_MODIFIER_ORDER",
-    "FILTER_MODIFIER_REPEATED",
-    "FILTER_PORT_ON_SOCKET",
-    "FILTER_PREFIX_COLLISION",
-    "FILTER_PREFIX_MULTIPLE",
-    "FILTER_SELECTS_AVOIDED",
-    "FILTER_TOKEN_UNMATCHED",
-    "FILTER_TOO_MANY_TOKENS",
-    "FILTER_WHITESPACE",
-    "IB_HCA",
-    "IFNAME_IGNORED_SHORT",
-    "IFNAME_IP_ADDRESS",
-    "IFNAME_MULTIPLE",
-    "IFNAME_NCCL_SYNTAX",
-    "IFNAME_NO_SUCH_INTERFACE",
-    "SOCKET_IFNAME",
-    "FilterToken",
-    "NcclFilter",
-    "lint_exact_names",
-    "lint_filter",
-    "nccl_default_interfaces",
-    "needs_exact",
-    "parse_filter",
-    "render_exact",
-]
+__all__: list[str] = []
+__all__ += language.__all__
+__all__ += lint.__all__
