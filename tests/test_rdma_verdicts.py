@@ -383,3 +383,14 @@ def test_gid_index_spelled_as_nccl_reads_it(tmp_path: Path, value: str, reads: s
     (finding,) = invalid
     assert finding.title.endswith(f": NCCL reads it as {reads}") if reads else (
         finding.title == f"NCCL_IB_GID_INDEX={value!r} is not a GID index")
+
+
+def test_plan_keeps_a_user_index_nccl_reads_as_the_same(tmp_path: Path) -> None:
+    root = PROFILES["roce-show-gids-mlx5_0"].build(tmp_path)
+    for value, action in (("0x3", "keep"), ("3", "keep"), ("1", "keep")):
+        plan = plan_nccl_env(environ={**ENV, "NCCL_VERSION": "2.19.3", "NCCL_IB_GID_INDEX": value},
+                             root=root)
+        (change,) = [c for c in plan.changes if c.name == "NCCL_IB_GID_INDEX"]
+        assert change.action == action
+        same = not [f for f in plan.findings if f.code == "ib-gid-index-wrong"]
+        assert same is (value != "1"), (value, plan.findings)

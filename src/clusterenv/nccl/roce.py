@@ -233,13 +233,14 @@ def gid_plan(
     user_index = GidSettings.read(lookup).gid_index
     index = common_gid_index(ports)
     if older is True:
-        if user_index is not None:
-            return [], [], []  # the user's value is checked by gid_value_findings
-        if index is not None:
+        if index is not None:  # the plan keeps a user value NCCL reads as the same index
             reason = (f"GID {index} reaches the other nodes on every listed port; NCCL "
                       f"{cases[0].label} is older than 2.21 and would use index 0")
             return [Proposal("NCCL_IB_GID_INDEX", str(index), reason,
-                             lambda user: user.strip() == str(index))], [], []
+                             lambda user: _INTEGER.fullmatch(user) is not None
+                             and _strtoll(user) == index)], [], []
+        if user_index is not None:
+            return [], [], []  # the user's value is checked by gid_value_findings
         return [], _no_common_index(ports, cases, lookup), [
             "NCCL_IB_GID_INDEX left unset: no index fits every listed port"]
     if user_index is not None and user_index >= 0:
