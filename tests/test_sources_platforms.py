@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,3 +168,18 @@ def test_lightning_child_on_dstack_takes_the_node_count_from_dstack() -> None:
     cfg = ClusterConfig.from_env(child)
     assert cfg.source == "lightning"
     assert cfg.process is not None and (cfg.process.rank, cfg.num_nodes) == (11, 2)
+
+
+def test_sagemaker_names_the_socket_interface(tmp_path: Path) -> None:
+    # §10.1: SM_NETWORK_INTERFACE_NAME is the NIC SageMaker's own toolkit gives NCCL; the host
+    # names in SM_HOSTS give no subnet to match, so without it no interface could be chosen.
+    from clusterenv import plan_nccl_env
+    from clusterenv.testing import HostBuilder
+
+    HostBuilder(tmp_path).loopback().interface("eth0", addresses=["10.0.1.5/24"]) \
+        .interface("eth1", addresses=["10.0.2.5/24"])
+    plan = plan_nccl_env({**SAGEMAKER, "SM_NETWORK_INTERFACE_NAME": "eth1"}, root=tmp_path)
+    assert plan.env.get("NCCL_SOCKET_IFNAME") in {"eth1", "=eth1"}
+    # A name that is not on this host is not evidence of anything.
+    plan = plan_nccl_env({**SAGEMAKER, "SM_NETWORK_INTERFACE_NAME": "ethwe"}, root=tmp_path)
+    assert "NCCL_SOCKET_IFNAME" not in plan.env

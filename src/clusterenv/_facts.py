@@ -210,6 +210,12 @@ class Facts:
         """The interface that carries cluster traffic and why (see ``choose_cluster_interface``)."""
         if self.config is None:
             return None, "the cluster environment is invalid"
+        if self.config.source == "sagemaker":  # the platform names it: evidence, not a guess
+            named = (self.environ.get("SM_NETWORK_INTERFACE_NAME") or "").strip()
+            interface = self.network.get(named) if named else None
+            if interface is not None and not interface.is_loopback:
+                return interface, (f"{named} is SM_NETWORK_INTERFACE_NAME, the interface "
+                                   "SageMaker names for distributed traffic")
         return self.network.choose_cluster_interface(self.config)
 
     @property
