@@ -166,10 +166,10 @@ def port_state_cause(device: RdmaDevice, port: RdmaPort) -> tuple[str, str]:
             f"(`sminfo`, its log) for errors about {label}",
         )
     if port.phys_state == "Polling":
-        cause = "no link partner: the port is enabled and polling (cable, transceiver or switch " \
-                "port down)"
-        check = f"`ibstat {device.name} {port.number}`" if ib else \
-                f"`ethtool {netdev}`" if netdev else f"`ibstat {device.name} {port.number}`"
+        cause = ("no link partner: the port is enabled and polling (cable, transceiver or "
+                 "switch port down)")
+        check = (f"`ethtool {netdev}`" if netdev and not ib
+                 else f"`ibstat {device.name} {port.number}`")
         return cause, (f"check the cable, the transceiver and the switch port of {label} "
                        f"({check} shows the link)")
     if port.phys_state == "Disabled":
@@ -227,8 +227,8 @@ def _ports_not_active(facts: Facts) -> list[Finding]:
         labels = [port_label(d, p) for d, p in ports]
         shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
         plural = len(labels) > 1
-        head = f"RDMA port{'s' if plural else ''} {shown} {'are' if plural else 'is'} {state} " \
-               f"(physical state {phys}, {link_layer})"
+        head = (f"RDMA port{'s' if plural else ''} {shown} {'are' if plural else 'is'} {state} "
+                f"(physical state {phys}, {link_layer})")
         if rail and not selected:
             title = f"{head}: no RDMA port is usable, NCCL will use TCP sockets on this node"
         elif rail:
