@@ -14,6 +14,7 @@ import resource
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from clusterenv.preflight import (
     PreflightError,
     PreflightOptions,
     PreflightResult,
+    preflight,
     run_node,
 )
 from clusterenv.preflight.ring import RingListener, probe
@@ -33,7 +35,16 @@ from clusterenv.preflight.wire import (
     encode_frame,
     encode_json,
 )
-from tests.test_preflight import FAST, LOOP, fingerprint, nodes, primary
+from tests.test_preflight import (
+    FAST,
+    LOOP,
+    fingerprint,
+    free_port,
+    loopback_host,
+    nodes,
+    primary,
+    runpod_env,
+)
 
 
 def raw_fingerprint(port: int, payload: bytes) -> bytes:
@@ -303,3 +314,24 @@ def _quiet(function: Any, *args: Any) -> Any:
     with contextlib.suppress(OSError):
         return function(*args)
     return None
+
+
+def test_a_node_whose_environment_has_an_undecodable_byte_runs_preflight(tmp_path: Path) -> None:
+    # The whole node path (detection, doctor, fingerprint, wire) with the value os.environ
+    # holds for NCCL_SOCKET_IFNAME=$'ens1\xff'; before, the node's own preflight crashed.
+    port = free_port()
+    envs = [runpod_env(r, 2, "127.0.0.2") for r in range(2)]
+    envs[1] = {**envs[1], "NCCL_SOCKET_IFNAME": "ens1\udcff", "GLOO_SOCKET_IFNAME": "\udcfe"}
+    roots = [loopback_host(tmp_path / f"n{r}", f"127.0.0.{r + 2}", runpod_env(r, 2, "127.0.0.2"))
+             for r in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(preflight, environ=envs[r], root=roots[r], timeout=8, port=port)
+                   for r in range(2)]
+        results = [f.result(20) for f in futures]
+    assert [r.role for r in results] == ["primary", "node"], [r.error for r in results]
+    assert results[0].verdict == results[1].verdict and results[1].verdict is not None
+    titles = [p.title for p in results[1].verdict.problems]
+    assert any(t.startswith("NCCL_SOCKET_IFNAME differs") and "'ens1\\\\xff'" in t
+               for t in titles), titles
+    text = format_verdict(results[1])
+    text.encode("utf-8")
