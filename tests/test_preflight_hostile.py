@@ -22,9 +22,12 @@ import pytest
 from clusterenv._cli.preflight import format_verdict
 from clusterenv.preflight import (
     Fingerprint,
+    NodeSummary,
     PreflightError,
     PreflightOptions,
     PreflightResult,
+    Verdict,
+    compare,
     preflight,
     run_node,
 )
@@ -50,7 +53,7 @@ from tests.test_preflight import (
 def raw_fingerprint(port: int, payload: bytes) -> bytes:
     """Connect, wait for HELLO, send ``payload`` as one FINGERPRINT frame, return the replies."""
     with socket.create_connection((LOOP, port), timeout=10) as sock:
-        reader = FrameReader(max_payload=1 << 24, expect={Kind.HELLO})
+        reader = FrameReader(max_payload=1 << 24, expect={Kind.HELLO, Kind.REJECT})
         while reader.next_frame() is None:
             reader.feed(sock.recv(4096))
         sock.sendall(encode_frame(Kind.FINGERPRINT, payload))
@@ -283,10 +286,13 @@ def test_timeout_1_against_a_silent_listener_takes_about_a_second() -> None:
 
 
 def test_more_nodes_than_expected_are_counted_in_words() -> None:
-    with primary(fingerprint(0), expected=3, timeout=10) as (port, verdict):
-        got = [f.result(15) for f in nodes(port, [fingerprint(r) for r in (1, 1, 2)])]
-    assert got[0] == verdict.result() and got[0].reported == 4
-    text = format_verdict(PreflightResult(got[0].exit_code, "node", 1, "x", got[0]))
+    # Duplicate ranks: four nodes reported to a three-node primary ("4 of 3 nodes" before).
+    fps = [fingerprint(r) for r in (0, 1, 1, 2)]
+    entries = [(f"10.65.0.{2 + i}", fp) for i, fp in enumerate(fps)]
+    verdict = Verdict(expected_nodes=3, primary="10.65.0.2:29501",
+                      nodes=tuple(NodeSummary.of(a, fp) for a, fp in entries),
+                      problems=tuple(compare(entries, expected_nodes=3)), reported=4)
+    text = format_verdict(PreflightResult(verdict.exit_code, "node", 1, "x", verdict))
     assert text.startswith("preflight: 4 nodes (3 expected) reported to "), text.splitlines()[0]
     assert "4 of 3" not in text
 
