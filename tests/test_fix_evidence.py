@@ -112,8 +112,8 @@ def bad_values(finding: Finding, environ: Mapping[str, str], known: set[str]) ->
     for name, value in _ASSIGNMENT.findall(finding.fix):
         if value.startswith(("<", "$")):
             continue  # a placeholder, or the variable itself
-        if name.startswith("--") and value.isalpha():
-            continue  # a launcher's constant, e.g. --rdzv-backend=static
+        if (name.startswith("--") or name == "CLUSTERENV_SOURCE") and value.isalpha():
+            continue  # a constant: --rdzv-backend=static, CLUSTERENV_SOURCE=local
         if not name.startswith("--") and (environ.get(name) or "").strip() == value:
             problems.append(f"{name}={value} repeats the rejected value")
         elif name == "NODE_RANK":

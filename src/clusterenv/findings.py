@@ -239,9 +239,9 @@ CODES: dict[str, CodeInfo] = {
     ),
     # -- doctor
     "rdma-not-openable": CodeInfo(
-        "doctor", "error", "RDMA devices cannot be opened from this process"
+        "doctor", "warning", "RDMA devices cannot be opened from this process"
     ),
-    "rdma-no-libibverbs": CodeInfo("doctor", "error", "libibverbs is not installed"),
+    "rdma-no-libibverbs": CodeInfo("doctor", "warning", "libibverbs is not installed"),
     "rdma-port-init": CodeInfo(
         "doctor", "warning", "An RDMA port is stuck in INIT: no subnet manager configured it"
     ),

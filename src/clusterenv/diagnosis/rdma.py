@@ -55,8 +55,15 @@ def _not_openable(facts: Facts) -> list[Finding]:
          f"present in /dev/infiniband: {', '.join(facts.rdma.uverbs) or 'nothing'}"),
         "give the container the devices: docker run --device=/dev/infiniband (or "
         "--privileged); Kubernetes: the RDMA device plugin",
-        severity="error" if everything else "warning",
+        severity="error" if everything and _ib_forced(facts) else "warning",
     )]
+
+
+def _ib_forced(facts: Facts) -> bool:
+    """Whether ``NCCL_NET=IB`` forbids NCCL's fallback to sockets: without RDMA the job then
+    fails instead of running slower (the severity rule: error only for a certain failure)."""
+    found = facts.user_value("NCCL_NET")
+    return found is not None and found[0].strip().upper() == "IB"
 
 
 def _libibverbs(facts: Facts) -> list[Finding]:
@@ -68,6 +75,7 @@ def _libibverbs(facts: Facts) -> list[Finding]:
         "libibverbs.so' and uses TCP sockets",
         ("looked in: " + ", ".join(f"/{d}" for d in _library_dirs(facts)[:12]),),
         "install rdma-core in the image (apt-get install ibverbs-providers libibverbs1)",
+        severity="error" if _ib_forced(facts) else "warning",
     )]
 
 

@@ -457,6 +457,8 @@ def _lint_matching(
         lint.add(
             FILTER_MATCHES_NOTHING, f"{lint.shown} {what}", [have, then],
             lint.fix(f"set {parsed.variable} to names that exist on this host"),
+            # An HCA list that selects nothing costs bandwidth (TCP), not the job.
+            severity=None if socket else "warning",
         )
         return
     marker = "^" if parsed.exclude else ""
@@ -505,7 +507,11 @@ def _lint_matching(
             title = f"{lint.shown} selects {listed}"
         instead = (f"name the {kind}s to use with '=' instead of excluding others"
                    if parsed.exclude else f"leave {', '.join(n for n, _ in bad)} out of the list")
-        lint.add(code, title, [f"selected: {_summary(selected)}", have], lint.fix(instead))
+        # NCCL bootstraps on the first interface selected: when that one is to be avoided the
+        # hang is certain (an error), whatever the code's default.
+        first_avoided = socket and selected[0] in avoid
+        lint.add(code, title, [f"selected: {_summary(selected)}", have], lint.fix(instead),
+                 severity="error" if first_avoided else None)
 
 
 def _exact_fix(parsed: NcclFilter, known: Sequence[str], token: FilterToken) -> str:
