@@ -196,7 +196,7 @@ def _slurm_conf(directory: Path, host: str, ports: tuple[int, int]) -> str:
     d = directory
     return f"""\
 ClusterName=clusterenvtest
-SlurmctldHost={host}
+SlurmctldHost={host}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -219,7 +219,7 @@ MpiDefault=none
 ReturnToService=2
 SlurmctldLogFile={d}/slurmctld.log
 SlurmdLogFile={d}/slurmd.log
-NodeName={host} CPUs={os.cpu_count() or 1} State=UNKNOWN
+NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
 
@@ -227,7 +227,8 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 @pytest.fixture
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """``munged``, ``slurmctld`` and ``slurmd`` for this host, in a private directory with
-    their own ports; yields the environment that points ``srun`` at them."""
+    their own ports; yields the environment that points ``srun`` at them. The daemons talk over
+    127.0.0.1, so nothing depends on how this host's name resolves."""
     tools = {name: require_tool(name, "apt-get install slurm-wlm munge")
              for name in ("munged", "slurmctld", "slurmd", "srun", "sinfo")}
     if os.geteuid() != 0:
