@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import resource
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -341,3 +342,27 @@ def test_a_node_whose_environment_has_an_undecodable_byte_runs_preflight(tmp_pat
                for t in titles), titles
     text = format_verdict(results[1])
     text.encode("utf-8")
+
+
+def test_a_node_dropped_by_a_primary_that_then_stops_says_so_quickly() -> None:
+    # A node closed before its verdict reconnects; when nothing answers any more it reports the
+    # drop within seconds, not after its whole --timeout.
+    listener = socket.create_server((LOOP, 0))
+    port = listener.getsockname()[1]
+
+    def greet_then_vanish() -> None:
+        conn, _ = listener.accept()
+        hello = {"nonce": "00" * 16, "auth": False, "ring": False, "timeout_s": 30}
+        conn.sendall(encode_frame(Kind.HELLO, encode_json(hello)))
+        conn.recv(65536)
+        conn.close()
+        listener.close()
+
+    thread = threading.Thread(target=greet_then_vanish, daemon=True)
+    thread.start()
+    start = time.monotonic()
+    with pytest.raises(PreflightError, match=r"without a verdict.*reconnecting found no primary"):
+        run_node(fingerprint(1), primary_addr=LOOP, port=port,
+                 options=PreflightOptions(timeout=30.0, limits=FAST))
+    assert time.monotonic() - start < 5
+    thread.join(5)

@@ -37,6 +37,8 @@ __all__ = ["PreflightError", "run_node"]
 
 _CONNECT_ATTEMPT_S = 2.0
 _RETRY_S = 0.25
+# Seconds a node dropped before its verdict keeps trying to reconnect.
+_REJOIN_S = 2.0
 # Extra seconds a node waits beyond the primary's announced deadline: the ring phase and
 # delivering the verdict come after it.
 _VERDICT_MARGIN_S = 15.0
@@ -136,18 +138,26 @@ def run_node(
     """
     where = format_host_port(primary_addr, port)
     deadline = time.monotonic() + options.timeout
+    dropped: _Dropped | None = None
     while True:
+        # After a drop, a primary that still runs takes the node back at once; one that
+        # stopped refuses at once: a short window, then the drop is the answer.
+        until = deadline if dropped is None else min(deadline, time.monotonic() + _REJOIN_S)
         try:
             return _attempt(fingerprint, where=where, primary_addr=primary_addr, port=port,
-                            deadline=deadline, token=options.token, source_addr=source_addr,
+                            deadline=until, token=options.token, source_addr=source_addr,
                             limits=options.limits)
         except _Dropped as e:
             # Closed before the verdict with no reason given: the primary made room for other
-            # connections (or restarted). Reconnect while this node's time lasts; the primary
-            # counts a reconnected node once.
+            # connections. Reconnect; the primary counts a reconnected node once.
             if time.monotonic() + _RETRY_S >= deadline:
                 raise PreflightError(str(e)) from e
+            dropped = e
             time.sleep(_RETRY_S)
+        except PreflightError as e:
+            if dropped is not None and str(e).startswith("no answer from the primary"):
+                raise PreflightError(f"{dropped}; reconnecting found no primary") from e
+            raise
 
 
 class _Dropped(Exception):
