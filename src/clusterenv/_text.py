@@ -89,7 +89,7 @@ def escape_tree(data: Any) -> Any:
 def clip(text: str, limit: int) -> str:
     """At most ``limit`` characters of ``text``: a longer one is cut and ends in ``…`` with the
     number of characters left out, e.g. ``clip("x" * 60000, 20)`` ->
-    ``"xxxxxxxxxxxx… (59988 more)"``; so echoing a hostile value costs a bounded line."""
+    ``"xxxxxx… (59994 more)"``; so echoing a hostile value costs a bounded line."""
     if len(text) <= limit:
         return text
     keep = max(limit - len(f"… ({len(text)} more)"), 1)
