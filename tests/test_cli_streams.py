@@ -30,6 +30,7 @@ def shell(command: str) -> subprocess.CompletedProcess[str]:
         (f"{PY} -m clusterenv nccl-log - <&-", "standard input is closed"),
         (f"{PY} -m clusterenv env --format json >&-", "standard output is closed"),
         (f"{PY} -m clusterenv env >&-", "standard output is closed"),
+        (f"{PY} -m clusterenv env --json >&-", "standard output is closed"),
         (f"{PY} -m clusterenv doctor >/dev/full",
          "cannot write standard output: No space left on device"),
         (f"{PY} -m clusterenv show --json >/dev/full",
