@@ -351,3 +351,14 @@ def test_any_environment_and_source_give_a_config_or_a_config_error(
         assert 0 <= cfg.process.rank < cfg.world_size
         assert 0 <= cfg.process.local_rank < cfg.process.local_world_size == cfg.num_trainers
         assert cfg.process.rank in cfg.global_ranks
+
+
+def test_capture_keeps_what_every_source_reads() -> None:
+    # A snapshot replays the environment with --root: every variable a source reads is kept
+    # (the property test's names are every source's), and secrets still are not.
+    from clusterenv._scrub import cluster_environ
+
+    env = {name: "1" for name in ALL_NAMES} | {"HF_TOKEN": "x", "SLURM_JOB_PASSWORD": "x"}
+    kept = cluster_environ(env)
+    assert set(ALL_NAMES) <= set(kept)
+    assert "HF_TOKEN" not in kept and "SLURM_JOB_PASSWORD" not in kept

@@ -43,6 +43,14 @@ CLUSTER_VARIABLES: frozenset[str] = frozenset(
         "NVIDIA_VISIBLE_DEVICES",
         "VLLM_HOST_IP",
         "LD_LIBRARY_PATH",  # which libnccl loads
+        # what the other environment sources read (docs/environment.md)
+        "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "ACCELERATE_TORCH_DEVICE",
+        "AZUREML_EXPERIMENT_ID", "AZUREML_RUN_ID", "AZ_BATCH_HOST_LIST", "CLUSTER_SPEC",
+        "KUBERNETES_SERVICE_HOST", "JOB_COMPLETION_INDEX", "NPROC_PER_NODE",
+        "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKID",
+        "MPI_LOCALNRANKS", "SM_HOSTS", "SM_CURRENT_HOST", "SM_NUM_GPUS", "SM_MASTER_ADDR",
+        "SM_MASTER_PORT", "SM_CURRENT_HOST_RANK", "SM_HOST_COUNT", "SM_NPROC_PER_NODE",
+        "SM_NETWORK_INTERFACE_NAME",
     }
 )
 #: Variables kept in a snapshot by prefix (unless their name looks like a secret).
@@ -62,6 +70,14 @@ CLUSTER_VARIABLE_PREFIXES: tuple[str, ...] = (
     "FI_",
     "OMPI_MCA_btl_tcp_",
     "CLUSTERENV_",
+    "SLURM_",
+    "OMPI_COMM_WORLD_",
+    "MV2_COMM_WORLD_",
+    "SKYPILOT_NODE_",
+    "SKYPILOT_NUM_",
+    "DSTACK_NODE",
+    "DSTACK_MASTER_NODE_IP",
+    "DSTACK_GPUS_",
 )
 #: Node.js's own ``NODE_*`` variables, which share the prefix with the cluster's ``NODE_ADDR``.
 NOT_CLUSTER_VARIABLES: frozenset[str] = frozenset(
