@@ -358,7 +358,7 @@ def test_capture_keeps_what_every_source_reads() -> None:
     # (the property test's names are every source's), and secrets still are not.
     from clusterenv._scrub import cluster_environ
 
-    env = {name: "1" for name in ALL_NAMES} | {"HF_TOKEN": "x", "SLURM_JOB_PASSWORD": "x"}
+    env = dict.fromkeys(ALL_NAMES, "1") | {"HF_TOKEN": "x", "SLURM_JOB_PASSWORD": "x"}
     kept = cluster_environ(env)
     assert set(ALL_NAMES) <= set(kept)
     assert "HF_TOKEN" not in kept and "SLURM_JOB_PASSWORD" not in kept
