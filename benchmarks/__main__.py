@@ -25,7 +25,7 @@ SKIPPED = 77
 BENCHMARKS: dict[str, tuple[str, list[str], list[str] | None]] = {
     "cli-startup": ("bench_cli_startup.py", [], ["--samples", "9"]),
     "import": ("bench_import.py", [], ["--samples", "9"]),
-    "rdma-detect": ("bench_rdma_detect.py", [], ["--repeat", "5"]),
+    "rdma-detect": ("bench_rdma_detect.py", [], ["--repeat", "3"]),
     "network-detect": ("bench_network_detect.py", [], ["--repeat", "5"]),
     "preflight": ("bench_preflight.py", [], ["8", "512", "--runs", "1"]),
     "preflight-hostile": ("bench_preflight_hostile.py", [], ["--runs", "2"]),
