@@ -362,3 +362,16 @@ def test_capture_keeps_what_every_source_reads() -> None:
     kept = cluster_environ(env)
     assert set(ALL_NAMES) <= set(kept)
     assert "HF_TOKEN" not in kept and "SLURM_JOB_PASSWORD" not in kept
+
+
+def test_local_rank_beyond_the_nodes_gpus_is_an_error_in_that_process() -> None:
+    # torchrun --nproc-per-node 8 on a Runpod node with NUM_TRAINERS=4: processes 4-7 have no
+    # GPU (LOCAL_RANK >= NUM_TRAINERS), processes 0-3 share the node with them.
+    worker = {**RUNPOD_NODE1, "NUM_TRAINERS": "4", "WORLD_SIZE": "16", "TORCHELASTIC_RUN_ID": "x",
+              "RANK": "13", "LOCAL_RANK": "5", "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "1",
+              "NUM_NODES": "2"}
+    (note,) = check_config(worker).notes
+    assert (note.code, note.severity) == ("worker-more-processes", "error")
+    assert "local rank 5 is beyond NUM_TRAINERS=4" in note.title
+    (note,) = check_config({**worker, "RANK": "9", "LOCAL_RANK": "1"}).notes
+    assert (note.code, note.severity) == ("worker-more-processes", "warning")

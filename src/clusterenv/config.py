@@ -322,13 +322,20 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
                 f"start {value} processes per node to use every GPU, if intended",
             ))
         else:
+            process = config.process
+            beyond = process is not None and process.local_rank >= value
             notes.append(Finding.of(
                 "worker-more-processes",
+                (f"this process's local rank {process.local_rank} is beyond {name}={value} "
+                 f"GPUs ({launcher} started {per_node} processes on this node): it has no GPU "
+                 "of its own and fails with 'CUDA error: invalid device ordinal'")
+                if beyond and process is not None else
                 f"{launcher} started {per_node} processes on this node but {name}={value}: "
                 "some processes will share a GPU or fail with 'CUDA error: invalid device "
                 "ordinal'",
                 evidence,
                 f"start at most {value} processes per node",
+                severity="error" if beyond else None,
             ))
     if facts.num_nodes is not None and facts.num_nodes[1] != config.num_nodes:
         name, value = facts.num_nodes
