@@ -263,3 +263,19 @@ def test_doctor_says_what_it_assumed(tmp_path: Path) -> None:
     _, _, local = diagnose_with_plan(environ={}, root=tmp_path)
     assert assumptions(local).source.endswith("the local default, this machine alone")
     assert assumptions(local).cluster_interface == "not needed on one node"
+
+
+def test_a_named_rendezvous_host_still_finds_the_cluster_interface(tmp_path: Path) -> None:
+    """MASTER_ADDR=node-0 (as under Slurm) and no NODE_ADDR: the name is resolved and its
+    subnet picks the interface, so the plan is not left empty."""
+    b0(tmp_path, hosts=HOSTS_HEAD + "10.65.0.2\tnode-0\n10.65.0.7\tnode-7\n")
+    generic = {"MASTER_ADDR": "node-7", "MASTER_PORT": "29500", "NODE_RANK": "1",
+               "NUM_NODES": "2", "NUM_TRAINERS": "8"}
+    plan = plan_nccl_env(generic, root=tmp_path)
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "ens1", plan
+    reason = next(c.reason for c in plan.changes if c.name == "NCCL_SOCKET_IFNAME")
+    assert "(node-7 resolves to 10.65.0.7)" in reason
+    # A name the snapshot cannot resolve leaves it unset, and says why.
+    unknown = plan_nccl_env({**generic, "MASTER_ADDR": "node-9"}, root=tmp_path)
+    assert "NCCL_SOCKET_IFNAME" not in unknown.env
+    assert "cluster-interface-unknown" in {f.code for f in unknown.findings}

@@ -216,7 +216,28 @@ class Facts:
             if interface is not None and not interface.is_loopback:
                 return interface, (f"{named} is SM_NETWORK_INTERFACE_NAME, the interface "
                                    "SageMaker names for distributed traffic")
-        return self.network.choose_cluster_interface(self.config)
+        interface, why = self.network.choose_cluster_interface(self.config)
+        if interface is None and self.config.is_multi_node:
+            # A host name for the rendezvous (MASTER_ADDR=node-0, common under Slurm): resolve
+            # it as the job will, and match the subnet of its address.
+            resolved = self._resolved_host(self.config.primary_addr)
+            if resolved is not None:
+                name, address = resolved
+                config = self.config.model_copy(update={"primary_addr": address})
+                chosen, chosen_why = self.network.choose_cluster_interface(config)
+                if chosen is not None:
+                    return chosen, f"{chosen_why} ({name} resolves to {address})"
+        return interface, why
+
+    def _resolved_host(self, host: str) -> tuple[str, str] | None:
+        """``(name, first address)`` when ``host`` is a name that resolves, else None."""
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            resolution = self.resolve(host)
+            if resolution.addresses:
+                return host, resolution.addresses[0]
+        return None
 
     @property
     def cluster_interface(self) -> Interface | None:
