@@ -104,8 +104,15 @@ def test_fewer_devices_than_the_node_runs_is_refused_up_front() -> None:
         env.validate_settings(num_devices=1, num_nodes=2)
     assert "HINT: set devices=2" in str(info.value)
     assert "--nproc-per-node 1" in str(info.value)
-    # On a laptop the per-node count is only a guess from the GPUs: any devices are fine.
+    # Where the per-node count is only a guess from the visible GPUs, any devices are fine: a
+    # laptop, or a SkyPilot CPU node (SKYPILOT_NUM_GPUS_PER_NODE=0).
     ClusterEnvEnvironment(environ={}).validate_settings(num_devices=4, num_nodes=1)
+    sky = {"SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NUM_GPUS_PER_NODE": "0",
+           "SKYPILOT_NODE_IPS": "10.0.0.4\n10.0.0.5"}
+    ClusterEnvEnvironment(environ=sky).validate_settings(num_devices=3, num_nodes=2)
+    with pytest.raises(ValueError, match="SKYPILOT_NUM_GPUS_PER_NODE=8"):
+        ClusterEnvEnvironment(environ={**sky, "SKYPILOT_NUM_GPUS_PER_NODE": "8"}
+                              ).validate_settings(num_devices=3, num_nodes=2)
 
 
 _EVERY_METHOD = """\

@@ -171,15 +171,13 @@ class ClusterEnvEnvironment(ClusterEnvironment):  # type: ignore[misc,unused-ign
                 f"train separately. HINT: set num_nodes={self.config.num_nodes}"
             )
         process = self.config.process
-        stated = self.config.source not in ("local", "generic") or any(
-            self._env().get(n) for n in ("NUM_TRAINERS", "PET_NPROC_PER_NODE")
-        )
-        if process is None and stated and num_devices != self.config.num_trainers:
+        stated = self._stated_per_node()
+        if process is None and stated is not None and num_devices != self.config.num_trainers:
             trainers = self.config.num_trainers
             raise ValueError(
                 f"devices={num_devices} but this node runs {trainers} processes per node "
-                f"(source {self.config.source}: {self.config.source_reason}): Lightning would "
-                f"set WORLD_SIZE={num_devices * num_nodes} while every node's cluster contract "
+                f"({stated}={trainers}, source {self.config.source}): Lightning would set "
+                f"WORLD_SIZE={num_devices * num_nodes} while every node's cluster contract "
                 f"says {trainers * self.config.num_nodes}, and the processes would compute "
                 f"different ranks. HINT: set devices={trainers}, or start {num_devices} "
                 f"processes per node with `clusterenv launch --nproc-per-node {num_devices} -- "
@@ -191,6 +189,18 @@ class ClusterEnvEnvironment(ClusterEnvironment):  # type: ignore[misc,unused-ign
                 f"processes on this node (LOCAL_WORLD_SIZE). HINT: set "
                 f"devices={process.local_world_size}"
             )
+
+    def _stated_per_node(self) -> str | None:
+        """The variable that states this node's process count (``NUM_TRAINERS``), when the
+        environment states one; None when the count is only a guess from the visible GPUs."""
+        from clusterenv.sources import source_named
+
+        source = source_named(self.config.source)
+        facts = source.node_facts(self._env()) if source is not None else None
+        if facts is None or facts.per_node is None:
+            return None
+        name, value = facts.per_node
+        return name if value == self.config.num_trainers else None
 
     def teardown(self) -> None:
         """Nothing to undo: this environment never changed ``os.environ``."""
