@@ -79,6 +79,14 @@ ACCEPTED: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     ("deepspeed-no-ssh-one-machine", DEEPSPEED_LOCAL, {
         "source": "deepspeed", "primary": "127.0.0.1:29500", "node": 0, "nodes": 1,
         "per_node": 2, "world": 2, "rank": (1, 1, 2)}),
+    # §3.2: DeepSpeed's MPICH runner: -genv WORLD_SIZE/LOCAL_SIZE/MASTER_*, and its helper
+    # copies PMI_RANK/MPI_LOCALRANKID to RANK/LOCAL_RANK; there is no CROSS_*.
+    ("deepspeed-mpich-runner", {
+        "RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_SIZE": "8",
+        "MASTER_ADDR": "10.0.0.4", "MASTER_PORT": "29500", "PMI_RANK": "9", "PMI_SIZE": "16",
+        "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "8"}, {
+        "source": "deepspeed", "primary": "10.0.0.4:29500", "node": 1, "nodes": 2,
+        "per_node": 8, "world": 16, "rank": (9, 1, 8)}),
     ("deepspeed-on-runpod", {**RUNPOD_NODE1, **DEEPSPEED, "MASTER_ADDR": "10.65.0.2"}, {
         "source": "deepspeed", "primary": "10.65.0.2:29500", "node": 1, "nodes": 2,
         "per_node": 8, "world": 16, "rank": (9, 1, 8)}),
@@ -146,8 +154,8 @@ REFUSED: list[tuple[str, dict[str, str], set[str], str]] = [
     # §3.4 trap 3: a hostfile with 4 slots then 8 slots.
     ("deepspeed-uneven-hostfile", {**DEEPSPEED, "WORLD_SIZE": "12"},
      {"WORLD_SIZE", "CROSS_SIZE", "LOCAL_SIZE"}, "different numbers of processes"),
-    ("deepspeed-missing-cross-size", {k: v for k, v in DEEPSPEED.items() if k != "CROSS_SIZE"},
-     {"CROSS_SIZE"}, "not set"),
+    ("deepspeed-missing-local-size", {k: v for k, v in DEEPSPEED.items() if k != "LOCAL_SIZE"},
+     {"LOCAL_SIZE"}, "not set"),
     ("lightning-child-multi-node-without-node-count", {
         **LIGHTNING_LOCAL, "MASTER_ADDR": "10.1.0.1", "WORLD_SIZE": "4"},
      {"WORLD_SIZE", "MASTER_ADDR"}, "how many nodes"),

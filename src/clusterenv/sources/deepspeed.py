@@ -3,7 +3,8 @@
 Each worker gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` and,
 under DeepSpeed's own names, ``LOCAL_SIZE`` (processes on this node), ``CROSS_RANK`` (this
 node's index) and ``CROSS_SIZE`` (the node count). There is no ``LOCAL_WORLD_SIZE`` or
-``GROUP_RANK``. DeepSpeed computes ``LOCAL_RANK = RANK % LOCAL_SIZE``, which is only right when
+``GROUP_RANK``. Its MPICH and Intel MPI runners export ``LOCAL_SIZE`` but no ``CROSS_*``: the
+node index is then ``RANK // LOCAL_SIZE`` (checked against ``LOCAL_RANK``). DeepSpeed computes ``LOCAL_RANK = RANK % LOCAL_SIZE``, which is only right when
 every host has the same number of slots, so an uneven hostfile is refused with the variables
 that show it.
 """
@@ -71,8 +72,9 @@ class DeepSpeedSource(Source):
         }
         values: dict[str, Named | None] = {}
         for name, (what, minimum) in counts.items():
-            value = env.integer(
-                name, required=True, what=what, example=f"<{what}>", minimum=minimum
+            value = env.integer(  # the MPI runners export no CROSS_*: derived from the ranks
+                name, required=not name.startswith("CROSS_"), what=what, example=f"<{what}>",
+                minimum=minimum,
             )
             values[name] = _named(name, value)
         finish_worker(
