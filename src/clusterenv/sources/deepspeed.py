@@ -4,9 +4,9 @@ Each worker gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MA
 under DeepSpeed's own names, ``LOCAL_SIZE`` (processes on this node), ``CROSS_RANK`` (this
 node's index) and ``CROSS_SIZE`` (the node count). There is no ``LOCAL_WORLD_SIZE`` or
 ``GROUP_RANK``. Its MPICH and Intel MPI runners export ``LOCAL_SIZE`` but no ``CROSS_*``: the
-node index is then ``RANK // LOCAL_SIZE`` (checked against ``LOCAL_RANK``). DeepSpeed computes ``LOCAL_RANK = RANK % LOCAL_SIZE``, which is only right when
-every host has the same number of slots, so an uneven hostfile is refused with the variables
-that show it.
+node index is then ``RANK // LOCAL_SIZE`` (checked against ``LOCAL_RANK``). DeepSpeed computes
+``LOCAL_RANK = RANK % LOCAL_SIZE``, which is only right when every host has the same number of
+slots, so an uneven hostfile is refused with the variables that show it.
 """
 
 from __future__ import annotations
