@@ -133,6 +133,9 @@ def named_primary(name: str, port: str = "29500") -> dict[str, str]:
          "the route to PRIMARY_ADDR=node-p (resolves to 10.66.0.2) leaves via eth0")),
         ("", "node-p", ("primary-name-unverified", "warning",
                         "PRIMARY_ADDR=node-p could not be resolved here")),
+        # A name that resolves to loopback on a worker: it would rendezvous with itself.
+        ("127.0.1.1\tnode-p\n", "node-p", ("config-loopback-primary", "error",
+         "PRIMARY_ADDR=node-p resolves to 127.0.1.1 on this node (rank 1)")),
         ("10.65.0.9\tnode-p\n", "node-p", None),
         ("10.65.0.9\tNode-P.\n", "NODE-P", None),
     ],
@@ -142,7 +145,7 @@ def test_primary_names_are_resolved_and_judged(
 ) -> None:
     b0(tmp_path, hosts=HOSTS_HEAD + "10.65.0.2\tnode-0\n" + hosts)
     found = doctor(environ=applied(tmp_path, **named_primary(name)), root=tmp_path)
-    rendezvous = [f for f in found if f.code.startswith("primary-")]
+    rendezvous = [f for f in found if f.code.startswith(("primary-", "config-loopback"))]
     if expected is None:
         assert not rendezvous, [str(f) for f in found]
         return

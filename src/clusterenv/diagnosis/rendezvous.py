@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 
 from clusterenv._facts import Facts
+from clusterenv._resolve import Resolution
 from clusterenv.findings import Finding
 from clusterenv.nccl.interface import primary_variable
 from clusterenv.network import route_interface
@@ -124,13 +125,35 @@ def _primary_address(facts: Facts) -> list[Finding]:
             ))
             continue
         first = ipaddress.ip_address(resolution.addresses[0])
-        if str(first) in judged or first.is_loopback:
+        if str(first) in judged:
             continue
         judged.add(str(first))
+        if first.is_loopback:
+            out += _named_loopback_primary(facts, variable, host, resolution)
+            continue
         out += _judge_primary_ip(facts, variable, first,
                                  f"{variable}={host} (resolves to {first})",
                                  (resolution.describe(),))
     return out
+
+
+def _named_loopback_primary(
+    facts: Facts, variable: str, host: str, resolution: Resolution
+) -> list[Finding]:
+    """A rendezvous name that resolves to loopback here. On the primary that is harmless (the
+    store listens on every address); on any other node torchrun would connect to itself."""
+    config = facts.config
+    if config is None or config.node_rank == 0:
+        return []
+    return [Finding.of(
+        "config-loopback-primary",
+        f"{variable}={host} resolves to {resolution.addresses[0]} on this node (rank "
+        f"{config.node_rank}): torchrun here would look for the rendezvous on itself, and the "
+        "rendezvous never completes",
+        (f"{variable}={facts.environ.get(variable, '')!r}", resolution.describe()),
+        f"export {variable}={_cluster_placeholder(facts)} (an IP address), or map {host} to the "
+        "primary's cluster address in this node's /etc/hosts",
+    )]
 
 
 def _judge_primary_ip(
