@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from clusterenv._jsonable import to_jsonable
@@ -26,6 +26,7 @@ __all__ = [
     "render_findings",
     "style",
     "table",
+    "whole_number",
 ]
 
 
@@ -157,3 +158,19 @@ def render_findings(findings: Iterable[Finding], stream: TextIO | None = None) -
     }
     summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
     return "\n".join(blocks) + "\n\n" + summary
+
+
+def whole_number(minimum: int, expected: str) -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number of at least ``minimum``; ``expected`` ends the
+    message for a smaller one, e.g. ``"expected at least 1 process per node"``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value}: {expected}")
+        return value
+
+    return parse

@@ -22,7 +22,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clusterenv._cli._common import add_json, add_plan_options, emit_json, host_context
+from clusterenv._cli._common import (
+    add_json,
+    add_plan_options,
+    emit_json,
+    host_context,
+    whole_number,
+)
 from clusterenv.errors import LaunchError
 
 if TYPE_CHECKING:
@@ -44,24 +50,8 @@ def _sizes(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: expected at least 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: expected 0 or more")
-    return value
+_AT_LEAST_1 = whole_number(1, "expected at least 1")
+_AT_LEAST_0 = whole_number(0, "expected 0 or more")
 
 
 def _seconds(text: str) -> float:
@@ -87,7 +77,7 @@ def _fraction(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``clusterenv bench``."""
     parser.add_argument(
-        "--nproc-per-node", type=_positive_int, metavar="N", default=None,
+        "--nproc-per-node", type=_AT_LEAST_1, metavar="N", default=None,
         help="processes on this node (default: the visible GPUs, or 1 on a CPU host)",
     )
     parser.add_argument(
@@ -99,9 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="all-reduce sizes per rank, e.g. 1M,16M,256M (K/M/G are powers of 1024; default "
         "256K to 1G by x4 on GPU, to 64M on CPU); the largest is also the link transfer size",
     )
-    parser.add_argument("--iters", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--iters", type=_AT_LEAST_1, default=None, metavar="N",
                         help="timed iterations per measurement (default 20 on GPU, 5 on CPU)")
-    parser.add_argument("--warmup", type=_non_negative_int, default=None, metavar="N",
+    parser.add_argument("--warmup", type=_AT_LEAST_0, default=None, metavar="N",
                         help="untimed iterations first (default 5 on GPU, 1 on CPU)")
     parser.add_argument(
         "--time-limit", type=_seconds, default=_DEFAULT_TIME_LIMIT, metavar="SECONDS",

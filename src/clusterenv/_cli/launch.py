@@ -24,20 +24,13 @@ from clusterenv._cli._common import (
     host_context,
     render_findings,
     table,
+    whole_number,
 )
 
 if TYPE_CHECKING:
     from clusterenv.launch import LaunchPlan
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: expected at least 1 process per node")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the torchrun command and the environment changes; run nothing",
     )
     parser.add_argument(
-        "--nproc-per-node", type=_positive, metavar="N", default=None,
+        "--nproc-per-node", type=whole_number(1, "expected at least 1 process per node"),
+        metavar="N", default=None,
         help="processes on this node (default: NUM_TRAINERS, else the visible GPUs, else 1)",
     )
     parser.add_argument(
