@@ -30,36 +30,10 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from clusterenv.errors import DiscoveryError
-from clusterenv.nccl_log.checks import (
-    CODE_BOOTSTRAP_MANAGEMENT,
-    CODE_CONNECT_TIMEOUT,
-    CODE_GDR_DISABLED,
-    CODE_IB_COMPLETION_ERROR,
-    CODE_IB_DISABLED,
-    CODE_IB_MEMLOCK,
-    CODE_IB_QP_FAILURE,
-    CODE_IB_SETTING_RANGE,
-    CODE_IBVERBS_FAILURE,
-    CODE_MIXED_ENV,
-    CODE_MIXED_INTERFACE,
-    CODE_MIXED_LINK_LAYER,
-    CODE_MIXED_TRANSPORT,
-    CODE_MIXED_VERSION,
-    CODE_NCCL_ERROR,
-    CODE_NCCL_WARNING,
-    CODE_NO_INTERFACE,
-    CODE_OFI_NO_PROVIDER,
-    CODE_PLUGIN_FAILED,
-    CODE_SHM_EXHAUSTED,
-    CODE_SOCKET_CHANNEL_UNROUTABLE,
-    CODE_SOCKET_FALLBACK,
-    CODES,
-    interface_concern,
-    nccl_log_findings,
-)
+from clusterenv.nccl_log import checks as _checks
+from clusterenv.nccl_log.checks import *  # noqa: F403  (every name of checks.__all__ is public here)
 from clusterenv.nccl_log.completion import WC_STATUSES, WcStatus
 from clusterenv.nccl_log.model import (
-    INTERNAL_NETWORKS,
     GpuDirect,
     LogMessage,
     NcclLog,
@@ -71,30 +45,6 @@ from clusterenv.nccl_log.model import (
 from clusterenv.nccl_log.parse import MAX_LINE, parse_lines, parse_stream
 
 __all__ = [
-    "CODES",
-    "CODE_BOOTSTRAP_MANAGEMENT",
-    "CODE_CONNECT_TIMEOUT",
-    "CODE_GDR_DISABLED",
-    "CODE_IBVERBS_FAILURE",
-    "CODE_IB_COMPLETION_ERROR",
-    "CODE_IB_DISABLED",
-    "CODE_IB_MEMLOCK",
-    "CODE_IB_QP_FAILURE",
-    "CODE_IB_SETTING_RANGE",
-    "CODE_MIXED_ENV",
-    "CODE_MIXED_INTERFACE",
-    "CODE_MIXED_LINK_LAYER",
-    "CODE_MIXED_TRANSPORT",
-    "CODE_MIXED_VERSION",
-    "CODE_NCCL_ERROR",
-    "CODE_NCCL_WARNING",
-    "CODE_NO_INTERFACE",
-    "CODE_OFI_NO_PROVIDER",
-    "CODE_PLUGIN_FAILED",
-    "CODE_SHM_EXHAUSTED",
-    "CODE_SOCKET_CHANNEL_UNROUTABLE",
-    "CODE_SOCKET_FALLBACK",
-    "INTERNAL_NETWORKS",
     "MAX_LINE",
     "WC_STATUSES",
     "GpuDirect",
@@ -105,11 +55,10 @@ __all__ = [
     "RankInfo",
     "SocketEndpoint",
     "WcStatus",
-    "interface_concern",
-    "nccl_log_findings",
     "parse_nccl_log",
     "read_nccl_log",
 ]
+__all__ += _checks.__all__
 
 
 def parse_nccl_log(lines: Iterable[str]) -> NcclLog:
