@@ -145,17 +145,19 @@ def test_a_huge_host_json_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     root, _ = _snapshot(tmp_path)
     with open(root / HOST_JSON, "r+b") as handle:
         handle.truncate(1 << 30)
-    # A fresh interpreter, so that the peak RSS is this read's alone (a forked test process
-    # would carry whatever earlier tests loaded, e.g. torch).
+    # A fresh interpreter, and its own VmHWM: getrusage's ru_maxrss survives fork and exec
+    # (Linux keeps the larger of the old and new peaks), so it would carry whatever earlier
+    # tests loaded into this process, e.g. torch. VmHWM belongs to the new address space alone.
     code = (
-        "import resource, sys\n"
+        "import re, sys\n"
         "from clusterenv._root import Root\n"
         "try:\n"
         "    Root(sys.argv[1]).host\n"
         "    refused = False\n"
         "except Exception:\n"
         "    refused = True\n"
-        "print(refused, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "peak = re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)\n"
+        "print(refused, peak)\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True,
                           text=True, check=True, timeout=120)
