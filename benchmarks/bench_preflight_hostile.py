@@ -1,7 +1,8 @@
 """Preflight under a connection flood: the primary's memory and the honest nodes' verdict time.
 
 A real primary (:func:`clusterenv.preflight.serve_primary`) runs in a child process of its own
-on 127.0.0.1 and reports its peak resident memory (``ru_maxrss``) when it is done. Three honest
+on 127.0.0.1 and reports its peak resident memory when it is done (its own ``VmHWM``;
+``ru_maxrss`` would carry this process's peak across exec). Three honest
 nodes (:func:`clusterenv.preflight.run_node`, the code ``clusterenv preflight`` runs) report to
 it from threads of this process. Three runs, one after the other:
 
@@ -39,7 +40,7 @@ RSS_GOAL_MB = 64.0
 SLACK_S = 1.0
 
 _PRIMARY = """
-import json, resource, sys
+import json, re, sys
 from clusterenv.preflight import Fingerprint, PreflightOptions, serve_primary
 own = Fingerprint(rank=0, num_nodes={nodes}, num_trainers=8, hostname="node-0",
                   interface="ens1", mtu=9000, env={{"NCCL_SOCKET_IFNAME": "ens1"}})
@@ -47,8 +48,8 @@ def ready(port):
     print(port, flush=True)
 verdict = serve_primary(own, listen_addr="127.0.0.1", port=0, expected_nodes={nodes},
                         options=PreflightOptions(timeout=30), on_listening=ready)
-usage = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({{"rss_mb": usage.ru_maxrss / 1024, "exit_code": verdict.exit_code,
+peak_kib = int(re.search(r"VmHWM:\\s*(\\d+)", open("/proc/self/status").read()).group(1))
+print(json.dumps({{"rss_mb": peak_kib / 1024, "exit_code": verdict.exit_code,
                    "reported": verdict.reported, "rejected": verdict.rejected_total}}))
 """
 
