@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from clusterenv.bench import (
+    CODE_BELOW_LINE_RATE,
     CODE_MIXED_TRANSPORT,
+    CODE_ONE_RANK,
     CODE_SLOW_LINK,
     CODE_SLOW_NODE,
     LineRate,
@@ -31,6 +33,7 @@ from clusterenv.bench import (
     schedule_rounds,
     score_nodes,
 )
+from clusterenv.bench.report import render_report
 from clusterenv.nccl_log import read_nccl_log
 from clusterenv.network import NetworkInterfaces
 from clusterenv.rdma import RdmaInfo
@@ -331,6 +334,61 @@ def test_a_healthy_run_exits_0() -> None:
                       nodes=[node(n) for n in range(3)], sizes=[(1 << 20, 0.001, 3)],
                       transfers=measured(3, {}), min_fraction=0.5)
     assert result.exit_code == 0 and result.slow_nodes == () and not result.findings
+
+
+# -- measurements that did not measure what their number claims ---------------------------------
+# Seen on a real H200 host: one rank's "all-reduce" of 1 GiB took 18 us (NCCL moves nothing on
+# one rank), which read as 60,000 GB/s of algorithm bandwidth and 0 GB/s of bus bandwidth.
+
+
+@pytest.mark.parametrize(("backend", "device", "seconds"),
+                         [("nccl", "cuda", 18e-6), ("gloo", "cpu", 2e-3)])
+def test_one_rank_reports_no_bandwidth_and_says_why(backend: str, device: str,
+                                                    seconds: float) -> None:
+    result = conclude(backend=backend, device=device, world_size=1, nodes=[node(0, speed=400.0)],
+                      sizes=[(1 << 20, seconds, 20), (1 << 30, seconds, 20)], transfers=[],
+                      min_fraction=0.5)
+    assert result.sizes == ()  # no algbw of 60,000 GB/s, no busbw of 0
+    assert [f.code for f in result.findings] == [CODE_ONE_RANK]  # not "0% of the line rate"
+    (finding,) = result.findings
+    assert finding.severity == "info" and result.exit_code == 0
+    assert "moves no data" in finding.title and "--nproc-per-node" in finding.fix
+    text = render_report(result)
+    assert "GB/s" not in text.split("findings")[0] and "algbw" not in text
+    assert "moves no data" in text
+
+
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_one_node_is_never_compared_with_its_nics_line_rate(ranks: int) -> None:
+    # Eight GPUs of one node all-reduce over NVLink or PCIe: a slow PCIe box at 20 GB/s of bus
+    # bandwidth is not "4% of the line rate" of NICs the collective never used.
+    one = NodeInfo(0, "node-0", "10.65.0.2", "ibp1", "IB",
+                   LineRate((Rail("mlx5_0:1", "rdma", 400.0),)), tuple(range(ranks)))
+    busbw = 20.0
+    seconds = (1 << 30) / (busbw / busbw_factor(ranks) * 1e9)
+    result = conclude(backend="nccl", device="cuda", world_size=ranks, nodes=[one],
+                      sizes=[(1 << 30, seconds, 20)], transfers=[], min_fraction=0.5)
+    (size,) = result.sizes
+    assert size.busbw_gbs == pytest.approx(busbw) and size.busbw_fraction is None
+    assert not [f for f in result.findings if f.code == CODE_BELOW_LINE_RATE]
+    assert result.line_rate_gbps == 400.0  # still shown: it is the node's fact
+    (row,) = [line.split() for line in render_report(result).splitlines()
+              if line.startswith("1G ")]
+    assert row[5] == "-"  # the "of line" column
+
+
+def test_across_nodes_the_line_rate_still_judges_the_all_reduce() -> None:
+    nodes = [NodeInfo(n, f"node-{n}", f"10.65.0.{2 + n}", "ibp1", "IB",
+                      LineRate((Rail("mlx5_0:1", "rdma", 400.0),)), (2 * n, 2 * n + 1))
+             for n in range(2)]
+    busbw = 10.0  # GB/s: 80 Gb/s against 400
+    seconds = (1 << 30) / (busbw / busbw_factor(4) * 1e9)
+    result = conclude(backend="nccl", device="cuda", world_size=4, nodes=nodes,
+                      sizes=[(1 << 30, seconds, 20)], transfers=measured(2, {}),
+                      min_fraction=0.5)
+    assert result.sizes[0].busbw_fraction == pytest.approx(0.2)
+    (finding,) = [f for f in result.findings if f.code == CODE_BELOW_LINE_RATE]
+    assert "20% of the line rate" in finding.title
 
 
 # -- the picture ---------------------------------------------------------------------------------

@@ -51,18 +51,37 @@ def test_nccl_without_gpus_and_inside_a_worker_are_refused() -> None:
 @pytest.mark.usefixtures("torch_required")
 def test_one_cpu_node_measures_all_reduce_and_has_no_links(tmp_path: Path) -> None:
     plot = tmp_path / "one.svg"
+    result = bench("--json", "--nproc-per-node", "2", "--sizes", "64K,256K", "--iters", "2",
+                   "--plot", str(plot))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["num_nodes"] == 1 and report["world_size"] == 2
+    assert [s["size"] for s in report["sizes"]] == [64 << 10, 256 << 10]
+    assert report["transfers"] == [] and report["slow_nodes"] == []
+    # Two ranks: nccl-tests' bus bandwidth factor 2(n-1)/n is 1. One node: no line rate to
+    # hold the all-reduce against (it crossed no NIC).
+    assert all(s["busbw_gbs"] == s["algbw_gbs"] > 0 for s in report["sizes"])
+    assert all(s["busbw_fraction"] is None for s in report["sizes"])
+    assert "all-reduce 64K" in result.stderr  # progress on stderr
+    assert plot.read_text().startswith("<svg")
+    text = bench("--nproc-per-node", "2", "--sizes", "64K", "--iters", "1")
+    assert text.returncode == 0 and "all-reduce (nccl-tests definitions" in text.stdout
+
+
+@pytest.mark.usefixtures("torch_required")
+def test_one_rank_times_nothing_and_says_why(tmp_path: Path) -> None:
+    # One rank's all-reduce moves no data: on a real H200 its "1 GiB" took 18 us, 60 TB/s.
+    plot = tmp_path / "one.svg"
     result = bench("--json", "--sizes", "64K,256K", "--iters", "2", "--plot", str(plot))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["num_nodes"] == 1 and report["world_size"] == 1
-    assert [s["size"] for s in report["sizes"]] == [64 << 10, 256 << 10]
-    assert report["transfers"] == [] and report["slow_nodes"] == []
-    # One rank: nccl-tests' bus bandwidth factor 2(n-1)/n is 0.
-    assert all(s["busbw_gbs"] == 0 for s in report["sizes"])
-    assert "all-reduce 64K" in result.stderr  # progress on stderr
+    assert report["world_size"] == 1 and report["sizes"] == []
+    assert [f["code"] for f in report["findings"]] == ["bench-one-rank"]
+    assert "all-reduce 64K" not in result.stderr and "nothing to time" in result.stderr
     assert plot.read_text().startswith("<svg")
     text = bench("--sizes", "64K", "--iters", "1")
-    assert text.returncode == 0 and "all-reduce (nccl-tests definitions" in text.stdout
+    assert text.returncode == 0 and "algbw" not in text.stdout
+    assert "one rank: an all-reduce moves no data" in text.stdout
 
 
 @pytest.mark.usefixtures("torch_required")

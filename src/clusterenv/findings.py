@@ -402,6 +402,7 @@ CODES: dict[str, CodeInfo] = {
     "bench-below-line-rate": CodeInfo(
         "bench", "info", "All-reduce bandwidth is below the line rate"
     ),
+    "bench-one-rank": CodeInfo("bench", "info", "One rank: no all-reduce bandwidth to measure"),
 }
 
 _UNREGISTERED = CodeInfo("doctor", "error", "Unregistered finding code")

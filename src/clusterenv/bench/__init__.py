@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from clusterenv.bench.conclude import (
     CODE_BELOW_LINE_RATE,
     CODE_MIXED_TRANSPORT,
+    CODE_ONE_RANK,
     CODE_SLOW_LINK,
     CODE_SLOW_NODE,
     CODES,
@@ -65,6 +66,7 @@ __all__ = [
     "CODES",
     "CODE_BELOW_LINE_RATE",
     "CODE_MIXED_TRANSPORT",
+    "CODE_ONE_RANK",
     "CODE_SLOW_LINK",
     "CODE_SLOW_NODE",
     "CPU_SIZES",

@@ -18,6 +18,7 @@ __all__ = [
     "CODES",
     "CODE_BELOW_LINE_RATE",
     "CODE_MIXED_TRANSPORT",
+    "CODE_ONE_RANK",
     "CODE_SLOW_LINK",
     "CODE_SLOW_NODE",
     "conclude",
@@ -27,6 +28,7 @@ CODE_SLOW_NODE = "bench-slow-node"
 CODE_SLOW_LINK = "bench-slow-link"
 CODE_MIXED_TRANSPORT = "bench-transport-mixed"
 CODE_BELOW_LINE_RATE = "bench-below-line-rate"
+CODE_ONE_RANK = "bench-one-rank"
 #: Every finding code ``bench`` reports: the ``"bench"`` codes of
 #: :data:`clusterenv.findings.CODES`.
 CODES: tuple[str, ...] = codes_of("bench")
@@ -128,12 +130,18 @@ def conclude(
     """
     known_rates = [n.line_rate.gbps for n in nodes if n.line_rate.gbps is not None]
     line_rate = min(known_rates) if known_rates else None
+    # Only an all-reduce that crossed nodes ran over the links the line rate describes; on one
+    # node it ran over NVLink, PCIe or shared memory, and a fraction of the NICs' rate would be
+    # a number about links it never used.
+    crossed = line_rate if len(nodes) > 1 else None
     size_results = []
-    for size, seconds, iterations in sorted(sizes):
+    # One rank: an all-reduce moves no data (NCCL returns at once), so a "bandwidth" would be
+    # the size over the call's overhead: tens of TB/s, measured on nothing.
+    for size, seconds, iterations in sorted(sizes) if world_size > 1 else ():
         algbw = algbw_gbs(size, seconds)
         busbw = busbw_gbs(algbw, world_size)
         size_results.append(SizeResult(size, seconds, iterations, algbw, busbw,
-                                       line_fraction(busbw, line_rate)))
+                                       line_fraction(busbw, crossed)))
     scores = score_nodes([n.node for n in nodes], transfers, min_fraction=min_fraction)
     by_node = {n.node: n for n in nodes}
     links = []
@@ -166,6 +174,14 @@ def conclude(
             tuple(f"node {n.node}: {n.transport}" for n in nodes),
             "run `clusterenv doctor` on the nodes that differ, and compare NCCL_* variables "
             "with `clusterenv preflight`",
+        ))
+    if world_size == 1:
+        findings.append(Finding.of(
+            CODE_ONE_RANK,
+            "one rank: an all-reduce moves no data, so there is no bandwidth to measure",
+            (f"backend {backend} on {device}", "1 rank on 1 node"),
+            "start one process per GPU (`--nproc-per-node N`) or run `clusterenv bench` on "
+            "every node of the cluster",
         ))
     largest = size_results[-1] if size_results else None
     if largest is not None and largest.busbw_fraction is not None \

@@ -53,7 +53,9 @@ def render_report(result: BenchResult, stream: TextIO | None = None) -> str:
         ("node", "host", "address", "interface", "transport", "send Gb/s", "recv Gb/s",
          "line Gb/s", "of line", "verdict"),
     )
-    parts = [head, "all-reduce (nccl-tests definitions: busbw = algbw x 2(n-1)/n)\n" + sizes]
+    parts = [head]
+    if result.sizes:
+        parts.append("all-reduce (nccl-tests definitions: busbw = algbw x 2(n-1)/n)\n" + sizes)
     if result.links and result.num_nodes > 1:
         parts.append("links (best send and best receive between neighbouring nodes)\n" + links)
     parts.append(render_findings(result.findings, stream))

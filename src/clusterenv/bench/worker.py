@@ -416,15 +416,16 @@ def run(
     nodes = _nodes(everyone)
     leader = any(n.ranks[0] == group.rank for n in nodes)
     stream = progress if leader else None
-    _progress(stream, f"{len(nodes)} node(s), {group.world} rank(s), {backend} on {kind}; "
-                      f"sizes {','.join(format_size(s) for s in size_list)}")
+    timed = (f"sizes {','.join(format_size(s) for s in size_list)}" if group.world > 1
+             else "one rank: an all-reduce moves no data, nothing to time")
+    _progress(stream, f"{len(nodes)} node(s), {group.world} rank(s), {backend} on {kind}; {timed}")
     rounds = len(schedule_rounds(ring_transfers(len(nodes))))
     remaining = rounds + len(size_list)
     transfers = _links(group, nodes, size=link_size or size_list[-1], iters=iters,
                        warmup=warmup, clock=clock, remaining=remaining, stream=stream)
     remaining -= rounds
     timings: list[Timing] = []
-    for size in size_list:
+    for size in size_list if group.world > 1 else ():
         timing = _all_reduce(group, size, iters=iters, warmup=warmup, clock=clock,
                              remaining=remaining)
         remaining -= 1
@@ -478,7 +479,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = os.environ.get(RESULT_ENV)
         if target and local_rank == 0:
             Path(target).write_text(json.dumps(result.to_dict()), encoding="utf-8")
-        dist.barrier()
+        if args.backend == "nccl":  # name the device, or torch warns on every run
+            dist.barrier(device_ids=[local_rank])
+        else:
+            dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0
