@@ -25,7 +25,12 @@ from clusterenv import (
 )
 from clusterenv._root import Root
 from clusterenv.nccl import PLANNED_VARIABLES
-from clusterenv.nccl.version import detect_nccl_versions, known_before, parse_nccl_version
+from clusterenv.nccl.version import (
+    detect_nccl_versions,
+    known_before,
+    loader_dirs,
+    parse_nccl_version,
+)
 from clusterenv.testing import HostBuilder, port
 from tests.nccl_hosts import B0_ENV, b0, roce_gids, roce_node
 
@@ -622,6 +627,35 @@ def test_one_loader_search_for_libibverbs_and_libnccl(tmp_path: Path) -> None:
     assert _has_libibverbs(Facts(environ=environ, root=Root(tmp_path)))
     found = {v.version for v in detect_nccl_versions(environ, Root(tmp_path))}
     assert {(2, 21, 5), (2, 19, 3)} <= found
+
+
+def test_one_library_reached_by_two_names_is_one_piece_of_evidence(tmp_path: Path) -> None:
+    # A real H200 host (Ubuntu 24.04, merged /usr) listed its one system libnccl twice, as
+    # /lib/x86_64-linux-gnu/... and /usr/lib/x86_64-linux-gnu/..., because /lib -> usr/lib.
+    # Every way to reach a directory twice: the standard link, an absolute link, a CUDA-style
+    # versioned directory, and LD_LIBRARY_PATH naming both the link and its target.
+    host = HostBuilder(tmp_path)
+    host.file("usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3", "")
+    host.file("usr/local/cuda-13.0/lib64/libnccl.so.2.27.7", "")
+    (tmp_path / "lib").symlink_to("usr/lib")
+    (tmp_path / "lib64").symlink_to("/usr/lib64")  # absolute: resolved inside the snapshot
+    (tmp_path / "usr/lib64").mkdir()
+    (tmp_path / "usr/local/cuda").symlink_to("cuda-13.0")
+    environ = {"LD_LIBRARY_PATH": "/usr/local/cuda/lib64:/usr/local/cuda-13.0/lib64:/nowhere"}
+    found = detect_nccl_versions(environ, Root(tmp_path))
+    assert sorted((str(v), v.source) for v in found) == [
+        ("2.27.7", "/usr/local/cuda/lib64/libnccl.so.2.27.7"),
+        ("2.28.3", "/lib/x86_64-linux-gnu/libnccl.so.2.28.3"),
+    ]
+    dirs = loader_dirs(Root(tmp_path), environ)
+    assert "nowhere" in dirs and "usr/lib/x86_64-linux-gnu" not in dirs
+
+
+def test_the_live_hosts_loader_directories_are_each_listed_once() -> None:
+    dirs = loader_dirs(Root("/"), {"LD_LIBRARY_PATH": "/lib:/usr/lib:/lib64"})
+    identities = [(s.st_dev, s.st_ino) for s in (os.stat(f"/{d}") for d in dirs
+                                                 if os.path.isdir(f"/{d}"))]
+    assert len(identities) == len(set(identities)), dirs
 
 
 def test_an_invalid_contract_is_never_a_silent_empty_plan(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ When the sources disagree, neither side of a threshold is "known".
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -93,22 +94,44 @@ def loader_dirs(
     """Where the dynamic loader looks for a library, relative to ``root``: its default
     directories (then ``extra``), those of ``etc/ld.so.conf.d/*.conf`` and the first 32 of
     ``LD_LIBRARY_PATH`` (a ``..`` component is skipped: nothing is read outside the root), each
-    once.
+    directory once: on a merged-``/usr`` system ``lib`` is a link to ``usr/lib``, and the
+    second name of a directory already listed is left out, so that one file is one piece of
+    evidence.
 
     Example: ``["lib/x86_64-linux-gnu", ..., "usr/local/lib", "opt/rdma/lib"]``.
     """
-    dirs = [*_STANDARD_LIBRARY_DIRS, *extra]
     configured = [
         line
         for conf in root.listdir("etc/ld.so.conf.d") if conf.endswith(".conf")
         for line in root.read_lines(f"etc/ld.so.conf.d/{conf}") if line.strip().startswith("/")
     ]
     variable = environ.get("LD_LIBRARY_PATH", "").split(":")[:_MAX_LD_DIRS]
-    for raw in (*configured, *variable):
+    dirs: list[str] = []
+    seen: set[object] = set()
+    for raw in (*_STANDARD_LIBRARY_DIRS, *extra, *configured, *variable):
         entry = raw.strip().strip("/")
-        if entry and entry not in dirs and ".." not in entry.split("/"):
-            dirs.append(entry)
+        if not entry or entry in dirs or ".." in entry.split("/"):
+            continue
+        identity = _directory_identity(root, entry)
+        if identity in seen:
+            continue
+        seen.add(identity)
+        dirs.append(entry)
     return dirs
+
+
+def _directory_identity(root: Root, relative: str) -> object:
+    """The directory's device and inode (links followed, inside a snapshot), or its name
+    where it cannot be stat'ed (missing: two missing names are two directories)."""
+    located = root.locate(relative)
+    if located is not None:
+        try:
+            info = os.stat(located)
+        except (OSError, ValueError):
+            pass
+        else:
+            return (info.st_dev, info.st_ino)
+    return relative
 
 
 def _library_versions(root: Root, environ: Mapping[str, str]) -> list[NcclVersion]:
