@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from clusterenv._root import Root
+from clusterenv.errors import DiscoveryError
 
 __all__ = [
     "NcclVersion", "detect_nccl_versions", "known_before", "loader_dirs", "parse_nccl_version",
@@ -85,6 +86,28 @@ def _pip_versions() -> list[NcclVersion]:
         parsed = parse_nccl_version(text)
         if parsed is not None:
             found.append(NcclVersion(parsed, f"{name} {text} (pip)"))
+    return found
+
+
+def _recorded_pip_versions(root: Root) -> list[NcclVersion]:
+    """The pip-installed NCCL a snapshot's capture found (``host.json``'s ``nccl_versions``):
+    the NCCL that pip-installed PyTorch loads leaves no version in a file name, so a replay
+    knows it only from the record. Entries that are not such a record are ignored."""
+    try:
+        recorded = root.host.get("nccl_versions")
+    except DiscoveryError:  # reported where the snapshot's other facts are read
+        return []
+    found = []
+    for item in recorded if isinstance(recorded, list) else ():
+        if not isinstance(item, dict):
+            continue
+        source, text = item.get("source"), item.get("version")
+        if not (isinstance(source, str) and isinstance(text, str) and len(source) <= 200):
+            continue
+        name = source.split(" ", 1)[0]
+        parsed = parse_nccl_version(text)
+        if name in _DISTRIBUTIONS and source.endswith(" (pip)") and parsed is not None:
+            found.append(NcclVersion(parsed, source))
     return found
 
 
@@ -164,8 +187,7 @@ def detect_nccl_versions(
         parsed = parse_nccl_version(override)
         return (NcclVersion(parsed, "given by the caller"),) if parsed else ()
     found: list[NcclVersion] = []
-    if root.is_live:
-        found.extend(_pip_versions())
+    found.extend(_pip_versions() if root.is_live else _recorded_pip_versions(root))
     env_version = parse_nccl_version(environ.get("NCCL_VERSION"))
     if env_version is not None:
         found.append(NcclVersion(env_version, "NCCL_VERSION"))
