@@ -11,6 +11,7 @@ import importlib
 import os
 import shutil
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -23,6 +24,21 @@ from tests.simcluster import (
     netns_available,
     torch_available,
 )
+
+GPU_TESTS = Path(__file__).parent / "gpu"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--gpu``: also collect tests/gpu, the checks that need an NVIDIA GPU and its NCCL."""
+    parser.addoption("--gpu", action="store_true", default=False,
+                     help="also run tests/gpu (needs NVIDIA GPUs; fails without them)")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/gpu runs only with ``--gpu``: CI has no GPU, and a GPU check is never a skip."""
+    if collection_path == GPU_TESTS and not config.getoption("--gpu"):
+        return True
+    return None
 
 
 def in_ci(environ: Mapping[str, str] | None = None) -> bool:
