@@ -91,6 +91,10 @@ CASES: dict[str, Expected] = {
     "real/nccl-info-aws-p5en-h200-efa-ofi.txt": Expected(
         ("Libfabric",), set(), {}, None, 2, ("8h200-2", "8h200-3"), 9
     ),
+    # one GPU of a VM with no RDMA device: Socket, nothing to say (the job succeeded)
+    "real/nccl-info-h200-vm-single-rank-socket-2.28.9.txt": Expected(
+        ("Socket",), {("eth0", "192.0.2.2")}, {}, "2.28.9", 1, ("vm",),
+    ),
     "real/ibstatus-nccl-log-container-ibv_open_device-failed-bond.txt": Expected(
         ("Socket",), {("bond0", "200.1.93.2")},
         {"log-socket-fallback": "error", "log-ibverbs-failure": "error"}, None, 1,
