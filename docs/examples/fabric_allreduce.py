@@ -2,6 +2,7 @@
 
 import lightning as L
 import torch
+import torch.distributed as dist
 
 from clusterenv.integrations.lightning import ClusterEnvEnvironment
 
@@ -12,3 +13,7 @@ fabric.launch()  # under torchrun (clusterenv launch) the processes already exis
 total = fabric.all_reduce(torch.tensor([float(fabric.global_rank + 1)]), reduce_op="sum")
 print(f"rank {fabric.global_rank}/{fabric.world_size} on node {fabric.node_rank}: "
       f"sum={total.item():g}", flush=True)
+# Leave together: a rank that exits while another still talks to the rendezvous store or Gloo
+# can take that rank down with it ("terminate called without an active exception").
+fabric.barrier()
+dist.destroy_process_group()
