@@ -352,6 +352,63 @@ def test_find_torchrun_falls_back_to_this_interpreter(tmp_path: Path) -> None:
     ]
 
 
+def torchrun_script(directory: Path, head: str) -> Path:
+    """A console script as pip writes it for torch: ``head`` (its interpreter lines), then the
+    entry point."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "torchrun"
+    script.write_text(f"{head}\nimport sys\nfrom torch.distributed.run import main\n"
+                      "sys.exit(main())\n")
+    script.chmod(0o755)
+    return script
+
+
+#: What pip writes when the interpreter's path is too long for a ``#!`` line.
+LONG_PATH_HEAD = "#!/bin/sh\n'''exec' /opt/other-env/bin/python3 \"$0\" \"$@\"\n' '''"
+
+
+@pytest.mark.usefixtures("torch_required")
+@pytest.mark.parametrize("head", [
+    "#!/opt/other-env/bin/python3",
+    "#!/opt/other-env/bin/python3 -E",
+    LONG_PATH_HEAD,
+])
+def test_a_torchrun_of_another_python_is_passed_over(tmp_path: Path, head: str) -> None:
+    # A venv made with --system-site-packages over a container's PyTorch has no torchrun of
+    # its own: the one on PATH runs the system Python, which lacks the venv's packages.
+    torchrun_script(tmp_path / "bin", head)
+    assert find_torchrun({"PATH": str(tmp_path / "bin")}) == [
+        sys.executable, "-m", "torch.distributed.run",
+    ]
+
+
+@pytest.mark.parametrize("head", [
+    f"#!{sys.executable}",
+    "#!/usr/bin/env python3",  # follows PATH: nothing to judge
+])
+def test_a_torchrun_of_this_python_or_of_none_named_is_used(tmp_path: Path, head: str) -> None:
+    script = torchrun_script(tmp_path / "bin", head)
+    assert find_torchrun({"PATH": str(tmp_path / "bin")}) == [str(script)]
+
+
+@pytest.mark.usefixtures("torch_required")
+def test_launch_runs_the_job_with_this_environment_not_another_torchrun(tmp_path: Path) -> None:
+    # End to end: a torchrun first on PATH whose interpreter is another environment's (here
+    # one that does not exist, as good as one without torch); the job still runs, with this one.
+    torchrun_script(tmp_path / "other" / "bin", "#!/opt/other-env/bin/python3")
+    script = tmp_path / "step.py"
+    script.write_text("import sys, clusterenv\nprint('worker ran', sys.executable)\n")
+    env = base_env()
+    env["PATH"] = f"{tmp_path / 'other' / 'bin'}:{env['PATH']}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "clusterenv", "launch", "--", str(script)],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"worker ran {sys.executable}" in proc.stdout
+    assert f"{sys.executable} -m torch.distributed.run" in proc.stderr  # the command shown
+
+
 # -- the CLI -----------------------------------------------------------------------------------
 
 

@@ -128,11 +128,34 @@ def torchrun_env(config: ClusterConfig, *, nproc_per_node: int | None = None) ->
     }
 
 
-def find_torchrun(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The command that starts torchrun: ``torchrun`` on ``PATH``, else ``python -m``.
+def _script_interpreter(path: str) -> str | None:
+    """The interpreter a console script names: its ``#!`` line, or the ``exec`` line pip
+    writes under ``#!/bin/sh`` when the path is too long for ``#!``; None when it names none
+    directly (``#!/usr/bin/env python3`` follows ``PATH``) or cannot be read."""
+    try:
+        with open(path, "rb") as script:
+            head = script.read(1024).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    if not head or not head[0].startswith("#!"):
+        return None
+    words = head[0][2:].split()
+    exec_line = "'''exec' "
+    if words and words[0] == "/bin/sh" and len(head) > 1 and head[1].startswith(exec_line):
+        words = head[1][len(exec_line):].split()
+    if not words or os.path.basename(words[0]) in ("env", "sh", "bash"):
+        return None
+    return words[0]
 
-    Falls back to ``sys.executable -m torch.distributed.run`` only when this interpreter can
-    import torch (checked without importing it).
+
+def find_torchrun(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The command that starts torchrun: ``torchrun`` on ``PATH`` when it runs this
+    interpreter (or names none), else ``python -m torch.distributed.run`` with this one.
+
+    A ``torchrun`` on ``PATH`` that belongs to another Python (a virtual environment made with
+    ``--system-site-packages`` over a container's PyTorch, whose ``torchrun`` is the system's)
+    would start the workers without this environment's packages, clusterenv included: when
+    this interpreter can import torch (checked without importing it), it starts torchrun itself.
 
     Args:
         environ: Where ``PATH`` is read; None reads ``os.environ``.
@@ -147,9 +170,15 @@ def find_torchrun(environ: Mapping[str, str] | None = None) -> list[str]:
     env = os.environ if environ is None else environ
     path = env.get("PATH", os.defpath)
     found = shutil.which("torchrun", path=path)
+    here = importlib.util.find_spec("torch") is not None
     if found is not None:
-        return [os.path.abspath(found)]
-    if importlib.util.find_spec("torch") is not None:
+        interpreter = _script_interpreter(found)
+        # One environment is one bin directory, not one file: a venv's python links to the
+        # base interpreter, whose packages are not the venv's.
+        if (not here or interpreter is None or os.path.realpath(os.path.dirname(interpreter))
+                == os.path.realpath(os.path.dirname(sys.executable))):
+            return [os.path.abspath(found)]
+    if here:
         return [sys.executable, "-m", TORCHRUN_MODULE]
     raise LaunchError(
         f"torchrun not found: it is not on PATH ({path or 'empty'}) and {sys.executable} "
