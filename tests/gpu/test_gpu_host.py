@@ -85,6 +85,30 @@ def test_a_real_nccl_process_group_through_the_torch_integration() -> None:
     assert {rank.bootstrap_interface for rank in log.ranks} == {answer.interface}
 
 
+def test_doctors_error_is_a_real_nccl_failure_and_its_all_clear_a_real_success() -> None:
+    # The verdict is a gate: where doctor says the job breaks, the real job breaks, for the
+    # reason doctor gave; where it finds nothing, the same job runs (plain torchrun here, so
+    # that nothing of clusterenv's stands between the environment and NCCL).
+    n = gpu_count()
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={n}", str(EXAMPLE)]
+    for name, env, verdict in (("plain", gpu_env(), 0),
+                               ("bogus", gpu_env(NCCL_SOCKET_IFNAME="bogus0"), 1)):
+        doctor = clusterenv("doctor", "--json", env=env)
+        assert doctor.returncode == verdict, (name, doctor.stdout, doctor.stderr)
+        job = subprocess.run(torchrun, env={**env, "NCCL_DEBUG": "WARN"}, capture_output=True,
+                             text=True, timeout=300, check=False, cwd=REPO)
+        out = job.stdout + job.stderr
+        if verdict == 0:
+            assert job.returncode == 0, out[-4000:]
+            continue
+        assert job.returncode != 0, out[-4000:]
+        (finding,) = json.loads(doctor.stdout)["findings"]
+        assert finding["code"] == "filter-matches-nothing"
+        said = next(e for e in finding["evidence"] if e.startswith("NCCL fails with"))
+        assert said.split("'")[1] in out, (said, out[-4000:])
+
+
 def test_more_processes_than_gpus_is_refused_with_the_count() -> None:
     n = gpu_count()
     proc = clusterenv("launch", "-q", "--nproc-per-node", str(n + 1), "--", str(EXAMPLE))
