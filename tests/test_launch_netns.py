@@ -48,7 +48,7 @@ def doctor(cluster: SimCluster, env: dict[int, dict[str, str]]) -> list[dict[str
     """``clusterenv doctor --json`` on every node, with each node's environment."""
     results = cluster.run_all(
         lambda node: [sys.executable, "-m", "clusterenv", "doctor", "--json"],
-        env=lambda node: env[node.rank], timeout=60, cwd=REPO,
+        env=lambda node: env[node.rank], timeout=120, cwd=REPO,
     )
     out = []
     for result in results:
@@ -93,9 +93,11 @@ def test_gloo_on_eth0_is_refused_and_fails_when_forced(sim_cluster: ClusterFacto
         assert "refusing to start the job: 1 error remains" in result.stderr, result.describe()
         assert "filter-selects-avoided" in result.stderr, result.describe()
         assert "allreduce_step rank=" not in result.stdout + result.stderr, result.describe()
-    # --force starts it anyway, and the failure launch predicted is real.
+    # --force starts it anyway, and the failure launch predicted is real. The harness deadline
+    # is far above the job's own 10 s: four workers importing torch on a loaded machine took
+    # the whole of an earlier 60 s before Gloo's timeout could even start.
     results = cluster.run_all(lambda node: launch_argv("--timeout", "10", options=("--force",)),
-                              env=lambda node: env[node.rank], timeout=60, cwd=REPO,
+                              env=lambda node: env[node.rank], timeout=120, cwd=REPO,
                               stop_on_failure=True)
     _assert_failed_fast(results)
     # Gloo advertised the management addresses, which the other node cannot reach.
@@ -119,7 +121,7 @@ def test_plain_torchrun_fails_over_loopback_and_doctor_names_the_hostname(
 ) -> None:
     cluster = sim_cluster(2, trainers=2)
     results = cluster.run_all(
-        lambda node: node.torchrun_argv(STEP, "--timeout", "5"), timeout=60, cwd=REPO,
+        lambda node: node.torchrun_argv(STEP, "--timeout", "5"), timeout=120, cwd=REPO,
         stop_on_failure=True,
     )
     _assert_failed_fast(results)
