@@ -119,7 +119,8 @@ def conclude(
         device: ``"cpu"`` or ``"cuda"``.
         world_size: Ranks in the run.
         nodes: One per node, in node order.
-        sizes: All-reduce timings per size.
+        sizes: All-reduce timings per size; ignored with one rank, where an all-reduce moves
+            no data (the result then has no sizes and a ``bench-one-rank`` finding).
         transfers: Point-to-point transfers between the nodes' first ranks.
         min_fraction: A node below this fraction of the others' median is slow, e.g. ``0.5``.
         elapsed_s: Wall time of the run.
