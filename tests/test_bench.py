@@ -456,14 +456,14 @@ def test_a_worker_reads_the_transport_from_its_own_nccl_debug_file(tmp_path: Pat
     import shutil
     import socket
 
-    from clusterenv.bench.worker import _nccl_transport
+    from clusterenv.bench.placement import nccl_transport
 
     host = socket.gethostname()
     shutil.copy(REAL_LOGS / "nccl-info-h100-roce-2.27-ofi-plugin-fallback-ib.txt",
                 tmp_path / f"nccl.{host}.{os.getpid()}.log")
     pattern = str(tmp_path / "nccl.%h.%p.log")
-    transport, devices = _nccl_transport({"NCCL_DEBUG_FILE": pattern}, host)
+    transport, devices = nccl_transport({"NCCL_DEBUG_FILE": pattern}, host)
     assert transport == "IB"
     assert devices[:2] == ("mlx5_0:1/RoCE", "mlx5_1:1/RoCE") and len(devices) == 8
-    assert _nccl_transport({}, host) == ("nccl", ())
-    assert _nccl_transport({"NCCL_DEBUG_FILE": str(tmp_path / "none.%p")}, host) == ("nccl", ())
+    assert nccl_transport({}, host) == ("nccl", ())
+    assert nccl_transport({"NCCL_DEBUG_FILE": str(tmp_path / "none.%p")}, host) == ("nccl", ())

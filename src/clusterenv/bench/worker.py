@@ -21,7 +21,8 @@ What happens, in order:
 
 Iteration counts shrink (never below one) to stay within the time limit; sizes that no longer
 fit are skipped and the result says ``truncated``. On CUDA (NCCL) every timing synchronises the
-device before reading the clock. The CUDA path has never run on a GPU in this project's tests.
+device before reading the clock. With one rank no all-reduce is timed: it moves no data. The
+CUDA path has run on one GPU (one rank); never yet on several GPUs or nodes.
 """
 
 from __future__ import annotations
@@ -30,18 +31,16 @@ import argparse
 import json
 import math
 import os
-import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
 from clusterenv.bench.conclude import Timing, conclude
-from clusterenv.bench.linerate import LineRate, rails_in_use
 from clusterenv.bench.model import BenchResult, NodeInfo
+from clusterenv.bench.placement import describe_self, group_nodes
 from clusterenv.bench.units import CPU_SIZES, ELEMENT_BYTES, GPU_SIZES, format_size, median
 from clusterenv.bench.verdict import Transfer, ring_transfers, schedule_rounds
 from clusterenv.errors import LaunchError
@@ -56,20 +55,6 @@ _TEARDOWN_S = 3.0
 #: A timed link sample lasts at least this long (back-to-back transfers), at most _MAX_BATCH.
 _SAMPLE_S = 0.1
 _MAX_BATCH = 256
-
-
-@dataclass(frozen=True, slots=True)
-class _Local:
-    """What one rank knows about itself, sent to everyone."""
-
-    rank: int
-    node_key: str
-    local_rank: int
-    hostname: str
-    address: str | None
-    interface: str | None
-    transport: str
-    line_rate: LineRate
 
 
 class _Clock:
@@ -135,115 +120,6 @@ class _Group:
     def buffer(self, size: int) -> Any:
         return self.torch.ones(size // ELEMENT_BYTES, dtype=self.torch.float32,
                                device=self.device)
-
-
-# -- who is where -------------------------------------------------------------------------------
-
-
-def _node_key(environ: Mapping[str, str], hostname: str) -> str:
-    for name in ("GROUP_RANK", "NODE_RANK"):
-        value = environ.get(name, "").strip()
-        if value.isdigit():
-            return f"{int(value):08d}"
-    return f"host:{hostname}"
-
-
-def _nccl_log_path(environ: Mapping[str, str], hostname: str) -> Path | None:
-    pattern = environ.get("NCCL_DEBUG_FILE", "").strip()
-    if not pattern:
-        return None
-    return Path(pattern.replace("%h", hostname).replace("%p", str(os.getpid())))
-
-
-def _nccl_transport(environ: Mapping[str, str], hostname: str) -> tuple[str, tuple[str, ...]]:
-    """NCCL's network and devices from this process's own debug file, when it has one."""
-    path = _nccl_log_path(environ, hostname)
-    if path is None or not path.is_file():
-        return "nccl", ()
-    from clusterenv.nccl_log import read_nccl_log
-
-    try:
-        log = read_nccl_log(path)
-    except OSError:
-        return "nccl", ()
-    mine = [r for r in log.ranks if r.pid == os.getpid()] or list(log.ranks)
-    for rank in mine:
-        if rank.transport:
-            return rank.transport, rank.devices
-    return "nccl", ()
-
-
-def _describe_self(
-    rank: int, local_rank: int, *, backend: str, environ: Mapping[str, str], root: str
-) -> _Local:
-    from clusterenv.network import NetworkInterfaces
-    from clusterenv.rdma import RdmaInfo
-
-    hostname = socket.gethostname()
-    network = NetworkInterfaces.detect(root=root)
-    if backend == "nccl":
-        transport, devices = _nccl_transport(environ, hostname)
-    else:
-        transport, devices = "gloo", ()
-    interface = _socket_interface(environ, backend, network, root)
-    rdma = RdmaInfo.detect(root=root) if backend == "nccl" else RdmaInfo((), ())
-    line_rate = rails_in_use(transport=transport if transport != "nccl" else "IB",
-                             environ=environ, network=network, rdma=rdma,
-                             cluster_interface=interface, nccl_devices=devices)
-    if backend == "nccl" and transport == "nccl" and not line_rate.rails:
-        # No log and no RDMA port: NCCL can only have used sockets.
-        line_rate = rails_in_use(transport="Socket", environ=environ, network=network,
-                                 rdma=rdma, cluster_interface=interface)
-    found = network.get(interface) if interface else None
-    address = str(found.ipv4[0].ip) if found is not None and found.ipv4 else None
-    return _Local(rank, _node_key(environ, hostname), local_rank, hostname, address, interface,
-                  transport, line_rate)
-
-
-def _socket_interface(environ: Mapping[str, str], backend: str, network: Any,
-                      root: str) -> str | None:
-    variable = "GLOO_SOCKET_IFNAME" if backend == "gloo" else "NCCL_SOCKET_IFNAME"
-    value = environ.get(variable, "").strip().lstrip("=")
-    first = value.split(",")[0].split(":")[0].strip()
-    if first and not first.startswith("^") and network.get(first) is not None:
-        return first
-    node_addr = environ.get("NODE_ADDR", "").strip()
-    if node_addr:
-        try:
-            owner = network.owner_of(node_addr)
-        except ValueError:
-            owner = None
-        if owner is not None:
-            return str(owner.name)
-    primary = environ.get("MASTER_ADDR", "").strip()
-    if primary:
-        from clusterenv._routes import route_interface
-
-        try:
-            return route_interface(primary, root=root)
-        except ValueError:
-            return None
-    return None
-
-
-def _nodes(everyone: Sequence[_Local]) -> list[NodeInfo]:
-    by_key: dict[str, list[_Local]] = {}
-    for local in everyone:
-        by_key.setdefault(local.node_key, []).append(local)
-    # Node ranks when every rank reported one (torchrun's GROUP_RANK), else host names in the
-    # order of their lowest global rank.
-    if all(key.isdigit() for key in by_key):
-        keys = sorted(by_key, key=int)
-    else:
-        keys = sorted(by_key, key=lambda k: min(m.rank for m in by_key[k]))
-    nodes = []
-    for index, key in enumerate(keys):
-        members = sorted(by_key[key], key=lambda m: (m.local_rank, m.rank))
-        first = members[0]
-        nodes.append(NodeInfo(index, first.hostname, first.address, first.interface,
-                              first.transport, first.line_rate,
-                              tuple(m.rank for m in members)))
-    return nodes
 
 
 # -- measurements -------------------------------------------------------------------------------
@@ -410,10 +286,10 @@ def run(
     first = group.buffer(ELEMENT_BYTES)
     dist.all_reduce(first)
     group.sync()
-    me = _describe_self(group.rank, local_rank, backend=backend, environ=env, root=root)
+    me = describe_self(group.rank, local_rank, backend=backend, environ=env, root=root)
     everyone: list[Any] = [None] * group.world
     dist.all_gather_object(everyone, me)
-    nodes = _nodes(everyone)
+    nodes = group_nodes(everyone)
     leader = any(n.ranks[0] == group.rank for n in nodes)
     stream = progress if leader else None
     timed = (f"sizes {','.join(format_size(s) for s in size_list)}" if group.world > 1
