@@ -1,0 +1,425 @@
+"""Who stopped: comparing the ranks' last collectives, group by group.
+
+Within one process group every member calls the same collectives in the same order, and torch
+numbers them (``collective_seq_id``). So the ranks' last numbers say who is behind: the highest
+number any rank reached is the collective some ranks *entered*; a member whose last number is
+lower never entered it (it is stuck before it, or elsewhere), and a member with no dump at all
+left no evidence (it died, was killed before it could write one, or its dump is on a node that
+was not read). With Gloo every entry stays ``scheduled``, so the numbers are all there is; NCCL
+also says whether a collective ``completed``.
+
+Group members come from the dump's ``pg_config`` (NCCL), else, for the default group, every rank
+of the job (the world size from the launch records or clusterenv's notes), else only the ranks
+whose dumps name the group (a Gloo subgroup: a member that never used it cannot be seen).
+Point-to-point calls are numbered per rank, not per group, so they are shown, never compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from clusterenv._jsonable import json_fields
+from clusterenv.hang.model import Call, GroupTrace, RankDump, ranks_text
+from clusterenv.hang.record import LaunchRecord
+
+__all__ = ["HangReport", "NodeInfo", "RankView", "Stall", "attribute"]
+
+Verdict = Literal["hang", "agree", "unreadable"]
+RankState = Literal["waiting", "behind", "missing"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node of the job and what is known about it.
+
+    Attributes:
+        node_rank: Its ``NODE_RANK``, e.g. ``1``; None when unknown.
+        host: Its host name, e.g. ``"node-1"``; None when unknown.
+        addr: Its cluster address, e.g. ``"10.65.0.3"``; None when unknown.
+        ranks: Its global ranks, e.g. ``(2, 3)``.
+        source: How the ranks were tied to it, e.g. ``"launch record"``.
+        doctor: What doctor said about it at launch (from its launch record).
+        reported: ``hang --collect``: whether it sent its dumps; None when not collecting.
+        evidence: What a given NCCL log or preflight verdict says about it.
+    """
+
+    node_rank: int | None
+    host: str | None
+    addr: str | None
+    ranks: tuple[int, ...]
+    source: str
+    doctor: tuple[str, ...] = ()
+    reported: bool | None = None
+    evidence: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """e.g. ``"node 1 (node-1, 10.65.0.3)"``."""
+        name = "node ?" if self.node_rank is None else f"node {self.node_rank}"
+        details = [d for d in (self.host, self.addr) if d]
+        return f"{name} ({', '.join(details)})" if details else name
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RankView:
+    """One rank of a stalled group.
+
+    Attributes:
+        rank: The global rank, e.g. ``3``.
+        state: ``"waiting"`` (entered the stalled collective), ``"behind"`` (its dump shows it
+            never did) or ``"missing"`` (no dump of it was read).
+        last: Its last collective in the group; None when missing or none recorded.
+        latest: Its most recent call in any group when that is not ``last`` (where it is
+            instead), else None.
+        node_rank: Its node, e.g. ``1``; None when unknown.
+        host: Its node's host name; None when unknown.
+        error: What it failed with (clusterenv's dumps), else None.
+    """
+
+    rank: int
+    state: RankState
+    last: Call | None = None
+    latest: Call | None = None
+    node_rank: int | None = None
+    host: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above."""
+        return json_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """A collective that some members of a group entered and others never did.
+
+    Attributes:
+        group: The group's name, e.g. ``"0"``.
+        desc: Its description, e.g. ``"default_pg"``.
+        call: The collective, as a rank that entered it recorded it.
+        waiting: Ranks that entered it, e.g. ``(0, 1, 2)``.
+        behind: Ranks whose dumps show they never entered it, e.g. ``(3,)``.
+        missing: Members of the group with no dump, e.g. ``()``.
+        members_known: Whether the group's members are known (else only the ranks whose
+            dumps name the group could be compared).
+        ranks: Every behind, missing and waiting rank, with its node and last call.
+        mismatch: Ranks that entered the same number with another operation or sizes (the
+            ranks disagree on what to call), e.g. ``("rank 2 entered broadcast #7 ...",)``.
+    """
+
+    group: str
+    desc: str
+    call: Call
+    waiting: tuple[int, ...]
+    behind: tuple[int, ...]
+    missing: tuple[int, ...]
+    members_known: bool
+    ranks: tuple[RankView, ...] = ()
+    mismatch: tuple[str, ...] = ()
+
+    @property
+    def suspects(self) -> tuple[int, ...]:
+        """The ranks that did not enter: behind, then missing."""
+        return self.behind + self.missing
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``suspects``."""
+        return json_fields(self, suspects=self.suspects)
+
+
+@dataclass(frozen=True, slots=True)
+class HangReport:
+    """What ``clusterenv hang`` concluded.
+
+    Attributes:
+        verdict: ``"hang"`` (ranks did not all enter a collective: see ``stalls``), ``"agree"``
+            (every rank read reached the same collectives) or ``"unreadable"`` (no dump could
+            be read).
+        title: One line, e.g. ``"rank 3 (node 1, node-1) never entered all_reduce #7 of group 0
+            (default_pg); ranks 0-2 wait in it"``.
+        stalls: The stalled collectives, the most telling first.
+        agreed: Groups whose ranks all reached the same collective, one line each.
+        nodes: The job's nodes and their ranks.
+        world_size: Processes in the job, e.g. ``4``; None when unknown.
+        world_source: Where ``world_size`` came from, e.g. ``"launch record"``.
+        ranks_read: The ranks whose dumps were read.
+        failures: What ranks failed with, from clusterenv's notes, one line each.
+        notes: Files skipped and other caveats, each naming the file.
+        dumps: The summaries compared.
+    """
+
+    verdict: Verdict
+    title: str
+    stalls: tuple[Stall, ...] = ()
+    agreed: tuple[str, ...] = ()
+    nodes: tuple[NodeInfo, ...] = ()
+    world_size: int | None = None
+    world_source: str = ""
+    ranks_read: tuple[int, ...] = ()
+    failures: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    dumps: tuple[RankDump, ...] = field(default=(), repr=False)
+
+    @property
+    def exit_code(self) -> int:
+        """``1`` a hang was attributed, ``0`` every rank agrees, ``2`` nothing was readable."""
+        return {"hang": 1, "agree": 0, "unreadable": 2}[self.verdict]
+
+    def node_of(self, rank: int) -> NodeInfo | None:
+        """The node of ``rank``, or None when unknown."""
+        return next((n for n in self.nodes if rank in n.ranks), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: the fields above, plus ``exit_code``."""
+        return json_fields(self, exit_code=self.exit_code)
+
+
+# -- ranks to nodes ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Place:
+    node_rank: int | None = None
+    host: str | None = None
+    addr: str | None = None
+    source: str = ""
+
+
+def _world(dumps: Sequence[RankDump], records: Sequence[LaunchRecord],
+           layout: tuple[int, int] | None) -> tuple[int | None, str]:
+    for record in records:
+        return record.world_size, f"launch record of node {record.node_rank}"
+    for dump in dumps:
+        if dump.world_size:
+            return dump.world_size, f"clusterenv's note beside rank {dump.rank}'s dump"
+    for dump in dumps:
+        for group in dump.groups:
+            if group.desc == "default_pg" and group.ranks:
+                return len(group.ranks), f"pg_config of rank {dump.rank}'s dump"
+    if layout is not None:
+        return layout[0] * layout[1], (f"NUM_NODES x NUM_TRAINERS ({layout[0]} x {layout[1]}) "
+                                       "of the cluster contract")
+    return None, "unknown (no launch record, note or NCCL group config)"
+
+
+def _places(dumps: Sequence[RankDump], records: Sequence[LaunchRecord],
+            world: int | None, layout: tuple[int, int] | None) -> dict[int, _Place]:
+    places: dict[int, _Place] = {}
+    if records:
+        layout = (records[0].num_nodes, records[0].nproc_per_node)
+    if layout is not None:
+        nodes, nproc = layout
+        for rank in range(world or 0):
+            if rank // nproc < nodes:
+                places[rank] = _Place(rank // nproc, source=f"computed: {nodes} nodes x "
+                                      f"{nproc} processes (torchrun's static ranks)")
+    for record in records:
+        for rank in record.ranks:
+            places[rank] = _Place(record.node_rank, record.host, record.node_addr,
+                                  "launch record")
+    for dump in dumps:
+        place = places.setdefault(dump.rank, _Place())
+        if dump.reported_by is not None:
+            place.addr = dump.reported_by
+            if not place.source or place.source.startswith("computed"):
+                place.source = "the node that sent its dump"
+        if dump.node_rank is not None:
+            place.node_rank = dump.node_rank
+            place.source = place.source or "clusterenv's note beside the dump"
+        if dump.host:
+            place.host = dump.host
+            place.source = place.source or "the dump's file name"
+    return places
+
+
+def _nodes(places: Mapping[int, _Place], records: Sequence[LaunchRecord],
+           reported: Mapping[int, bool] | None) -> tuple[NodeInfo, ...]:
+    by_node: dict[tuple[bool, int, str], list[int]] = {}
+    first: dict[tuple[bool, int, str], _Place] = {}
+    for rank, place in sorted(places.items()):
+        key = (place.node_rank is None, place.node_rank or 0, place.host or "")
+        by_node.setdefault(key, []).append(rank)
+        first.setdefault(key, place)
+    doctor = {r.node_rank: r.doctor for r in records}
+    out = []
+    for key, ranks in sorted(by_node.items()):
+        place = first[key]
+        host = place.host or next((places[r].host for r in ranks if places[r].host), None)
+        addr = place.addr or next((places[r].addr for r in ranks if places[r].addr), None)
+        out.append(NodeInfo(
+            place.node_rank, host, addr, tuple(ranks), place.source or "unknown",
+            doctor.get(place.node_rank, ()) if place.node_rank is not None else (),
+            None if reported is None or place.node_rank is None
+            else reported.get(place.node_rank, False),
+        ))
+    return tuple(out)
+
+
+# -- groups ---------------------------------------------------------------------------------------
+
+
+def _is_default(name: str, desc: str) -> bool:
+    return desc == "default_pg" or (name == "0" and desc in ("", "default_pg"))
+
+
+def _members(name: str, desc: str, traces: Mapping[int, GroupTrace], world: int | None,
+             read: Iterable[int]) -> tuple[int, ...] | None:
+    for trace in traces.values():
+        if trace.ranks:
+            return tuple(sorted(set(trace.ranks)))
+    if _is_default(name, desc):
+        if world is not None:
+            return tuple(range(world))
+        return tuple(range(max(read) + 1))  # at least these: higher ranks cannot be seen
+    return None
+
+
+def _mismatch(entered: Mapping[int, Call], frontier: int) -> tuple[str, ...]:
+    at = {r: c for r, c in entered.items() if c.seq == frontier}
+    shapes: dict[tuple[str, tuple[tuple[int, ...], ...]], list[int]] = {}
+    for rank, call in sorted(at.items()):
+        shapes.setdefault((call.operation, call.input_sizes), []).append(rank)
+    if len(shapes) < 2:
+        return ()
+    return tuple(f"ranks {ranks_text(ranks)} entered {op} #{frontier} with sizes "
+                 f"{[list(s) for s in sizes]}" for (op, sizes), ranks in shapes.items())
+
+
+def _view(rank: int, state: RankState, dumps: Mapping[int, RankDump], name: str,
+          places: Mapping[int, _Place]) -> RankView:
+    place = places.get(rank, _Place())
+    dump = dumps.get(rank)
+    if dump is None:
+        return RankView(rank, state, node_rank=place.node_rank, host=place.host)
+    trace = dump.group(name)
+    last = trace.last if trace is not None else None
+    latest = dump.last
+    if latest is not None and last is not None and (latest.group, latest.seq, latest.p2p) == (
+            last.group, last.seq, last.p2p):
+        latest = None
+    return RankView(rank, state, last, latest, place.node_rank, place.host, dump.error)
+
+
+def _stall(name: str, dumps: Mapping[int, RankDump], world: int | None,
+           places: Mapping[int, _Place]) -> tuple[Stall | None, str | None]:
+    traces = {r: g for r, d in dumps.items() if (g := d.group(name)) is not None}
+    desc = next((t.desc for t in traces.values() if t.desc), "")
+    entered = {r: t.last for r, t in traces.items() if t.last is not None}
+    if not entered:
+        return None, None
+    frontier = max(c.seq for c in entered.values())
+    members = _members(name, desc, traces, world, dumps)
+    compared = members if members is not None else tuple(sorted(traces))
+    waiting = tuple(r for r in compared if r in entered and entered[r].seq == frontier) or \
+        tuple(r for r in sorted(entered) if entered[r].seq == frontier)  # pg_config disagrees
+    behind = tuple(r for r in compared if r in dumps and r not in waiting)
+    missing = tuple(r for r in compared if r not in dumps)
+    call = max((entered[r] for r in waiting), key=lambda c: (c.where is not None, -len(c.op)))
+    label = f"group {name}" + (f" ({desc})" if desc else "")
+    if not behind and not missing:
+        at = [r for r, c in entered.items() if c.seq == frontier]
+        who = f"ranks {ranks_text(at)} all" if len(at) > 1 else f"rank {ranks_text(at)}"
+        tail = ""
+        if dumps[waiting[0]].backend == "nccl":  # Gloo neither marks entries nor pg_status
+            done = all(entered[r].state == "completed"
+                       or (traces[r].last_completed or -1) >= frontier for r in at)
+            tail = (" and it completed on every rank" if done else
+                    " and it did not complete on every rank (the collective itself stalled)")
+        return None, f"{label}: {who} reached {call.operation} #{frontier}{tail}"
+    views = tuple(_view(r, "behind", dumps, name, places) for r in behind) + tuple(
+        _view(r, "missing", dumps, name, places) for r in missing) + tuple(
+        _view(r, "waiting", dumps, name, places) for r in waiting)
+    return Stall(name, desc, call, waiting, behind, missing, members is not None, views,
+                 _mismatch(entered, frontier)), None
+
+
+def _where_text(rank: int, places: Mapping[int, _Place]) -> str:
+    place = places.get(rank)
+    if place is None or (place.node_rank is None and not place.host):
+        return ""
+    parts = [] if place.node_rank is None else [f"node {place.node_rank}"]
+    if place.host:
+        parts.append(place.host)
+    return f" ({', '.join(parts)})"
+
+
+def _title(stall: Stall, places: Mapping[int, _Place]) -> str:
+    def who(ranks: tuple[int, ...]) -> str:
+        nodes = {_where_text(r, places) for r in ranks}
+        plural = "s" if len(ranks) > 1 else ""
+        where = nodes.pop() if len(nodes) == 1 else ""
+        return f"rank{plural} {ranks_text(ranks)}{where}"
+
+    call = stall.call
+    what = f"{call.operation} #{call.seq} of group {stall.group}" + (
+        f" ({stall.desc})" if stall.desc else "")
+    parts = []
+    if stall.behind:
+        parts.append(f"{who(stall.behind)} never entered {what}")
+    if stall.missing:
+        parts.append(f"{who(stall.missing)} left no dump" if stall.behind else
+                     f"{who(stall.missing)} left no dump and no sign of entering {what}")
+    waits = f"{who(stall.waiting)} wait in it" if stall.waiting else ""
+    return "; ".join([*parts, waits]) if waits else "; ".join(parts)
+
+
+def attribute(
+    dumps: Sequence[RankDump],
+    records: Sequence[LaunchRecord] = (),
+    *,
+    notes: Sequence[str] = (),
+    reported: Mapping[int, bool] | None = None,
+    layout: tuple[int, int] | None = None,
+) -> HangReport:
+    """Compare the dumps and say which ranks did not enter which collective, and where they
+    run.
+
+    Args:
+        dumps: One summary per rank.
+        records: Launch records of the job's nodes (rank ranges, hosts, addresses).
+        notes: Notes from reading the files, passed on.
+        reported: ``hang --collect``: node rank -> whether that node reported.
+        layout: ``(NUM_NODES, NUM_TRAINERS)`` of the cluster contract, for the world size and
+            the nodes of ranks without a dump when no launch record says.
+
+    Returns:
+        The report; ``verdict`` ``"unreadable"`` when ``dumps`` is empty.
+    """
+    by_rank = {d.rank: d for d in dumps}
+    world, world_source = _world(dumps, records, layout)
+    if world is not None and by_rank and max(by_rank) >= world:
+        notes = [*notes, f"dumps of ranks up to {max(by_rank)} but a world of {world} "
+                 f"({world_source}): the dumps may come from another job"]
+    places = _places(dumps, records, world, layout)
+    nodes = _nodes(places, records, reported)
+    failures = tuple(f"rank {d.rank}{_where_text(d.rank, places)}: "
+                     f"{d.failed_in + ': ' if d.failed_in else ''}{d.error}"
+                     for d in dumps if d.error)
+    if not dumps:
+        return HangReport("unreadable", "no readable flight-recorder dump", nodes=nodes,
+                          world_size=world, world_source=world_source, notes=tuple(notes))
+    names = sorted({g.name for d in dumps for g in d.groups}, key=lambda n: (len(n), n))
+    stalls: list[Stall] = []
+    agreed: list[str] = []
+    for name in names:
+        stall, line = _stall(name, by_rank, world, places)
+        if stall is not None:
+            stalls.append(stall)
+        elif line is not None:
+            agreed.append(line)
+    stalls.sort(key=lambda s: (not s.behind, -(s.call.time_created_ns or 0)))
+    if stalls:
+        verdict: Verdict = "hang"
+        title = _title(stalls[0], places)
+    else:
+        verdict = "agree"
+        title = ("no rank is behind: " + agreed[0]) if agreed else \
+            "the dumps record no collective to compare"
+    return HangReport(verdict, title, tuple(stalls), tuple(agreed), nodes, world,
+                      world_source, tuple(sorted(by_rank)), failures, tuple(notes),
+                      tuple(dumps))
