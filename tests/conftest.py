@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from tests.hang_dumps import Generated, generate
 from tests.simcluster import (
     ClusterFactory,
     SimCluster,
@@ -86,7 +87,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = getattr(item, "fixturenames", ())
         if "sim_cluster" in fixtures or "netns_required" in fixtures:
             item.add_marker(pytest.mark.netns)
-        if "torch_required" in fixtures:
+        if "torch_required" in fixtures or "fr_dumps" in fixtures:
             item.add_marker(pytest.mark.torch)
 
 
@@ -104,6 +105,16 @@ def torch_required() -> None:
     available, reason = torch_available()
     if not available:
         skip_or_fail(reason)
+
+
+@pytest.fixture(scope="session")
+def fr_dumps(tmp_path_factory: pytest.TempPathFactory) -> Generated:
+    """Real flight-recorder dumps of three Gloo ranks, made once per session by torch itself
+    (``tests/hang_dumps.py``); skips (fails under CI) without torch."""
+    available, reason = torch_available()
+    if not available:
+        skip_or_fail(reason)
+    return generate(tmp_path_factory.mktemp("fr-dumps"))
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ PACKAGE = Path(clusterenv.__file__).resolve().parent
 LAYERS: dict[str, int] = {
     "findings": 0, "errors": 0,
     "_text": 1, "_root": 1, "_jsonable": 1, "_scrub": 1, "_gpus": 1,
-    "nccl.version": 2, "nccl.gid": 2,
+    "nccl.version": 2, "nccl.gid": 2, "hang.recorder": 2,
     "_addresses": 3, "_routes": 3, "_resolve": 3, "network": 3, "rdma": 3, "host": 3,
     "sources": 4,
     "config": 5,
@@ -26,7 +26,7 @@ LAYERS: dict[str, int] = {
     "filters": 7,
     "nccl": 8,
     "diagnosis": 9,
-    "preflight": 10, "nccl_log": 10, "bench": 10,
+    "preflight": 10, "nccl_log": 10, "bench": 10, "hang": 10,
     "launch": 11, "integrations": 11, "capture": 11, "testing": 11,
     "cli": 12, "_cli": 12, "__main__": 12, "": 12,  # "": the package's own __init__
 }

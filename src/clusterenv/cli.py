@@ -59,6 +59,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "bench",
         "measure all-reduce and each node's link against the line rate; name slow nodes",
     ),
+    "hang": (
+        "hang",
+        "read flight-recorder dumps: name the rank, node and collective where a job stopped",
+    ),
 }
 
 #: Exit status when the reader of stdout went away (128 + SIGPIPE, what a shell shows when a

@@ -5,7 +5,8 @@ Every message is one frame::
     offset  size  field
     0       4     magic  b"CEPF"
     4       1     protocol version (1)
-    5       1     kind (HELLO, FINGERPRINT, RING, RING_RESULT, VERDICT, REJECT, PROBE, PROBE_ACK)
+    5       1     kind (HELLO, FINGERPRINT, RING, RING_RESULT, VERDICT, REJECT, PROBE, PROBE_ACK;
+                  HANG_REPORT, HANG_VERDICT for ``clusterenv hang --collect``)
     6       1     MAC length: 0, or 32 for an HMAC-SHA256
     7       1     reserved, 0
     8       4     payload length, big-endian, at most the receiver's limit
@@ -72,6 +73,8 @@ class Kind:
     REJECT = 6  #: primary -> node: why this connection was refused
     PROBE = 7  #: node -> node: a ring probe
     PROBE_ACK = 8  #: node -> node: the probe's answer
+    HANG_REPORT = 9  #: node -> primary: ``clusterenv hang --collect``'s dump summaries
+    HANG_VERDICT = 10  #: primary -> node: every node's summaries, to attribute the hang
 
     NAMES: dict[int, str] = {  # noqa: RUF012  # read-only table
         1: "HELLO",
@@ -82,6 +85,8 @@ class Kind:
         6: "REJECT",
         7: "PROBE",
         8: "PROBE_ACK",
+        9: "HANG_REPORT",
+        10: "HANG_VERDICT",
     }
 
 
