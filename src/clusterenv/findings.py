@@ -86,6 +86,12 @@ CODES: dict[str, CodeInfo] = {
     "nccl-probe-failed": CodeInfo(
         "doctor", "warning", "NCCL could not be asked for its bootstrap interface"
     ),
+    "flight-recorder-off": CodeInfo(
+        "doctor", "info", "PyTorch's flight recorder is off: a hang leaves no record"
+    ),
+    "flight-recorder-invalid": CodeInfo(
+        "doctor", "error", "A flight-recorder buffer size that PyTorch cannot read"
+    ),
     # -- filters
     "filter-selects-avoided": CodeInfo(
         "filters", "error", "The value selects an interface or device to avoid"

@@ -27,18 +27,23 @@ import importlib.util
 import os
 import re
 import shutil
+import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
 from clusterenv._facts import Facts
-from clusterenv._root import as_root
+from clusterenv._root import Root, as_root
 from clusterenv.config import ClusterConfig
 from clusterenv.diagnosis import diagnose_facts
 from clusterenv.errors import LaunchError
 from clusterenv.findings import Finding
+from clusterenv.hang.enable import RecorderPlan, job_directory, plan_recorder
+from clusterenv.hang.record import LaunchRecord, write_launch_record
+from clusterenv.hang.recorder import HANG_DIR_VARIABLE
 from clusterenv.nccl.plan import NcclPlan, plan_from_facts
 
 __all__ = [
@@ -402,6 +407,10 @@ class LaunchPlan:
             gets (after the plan) and the launch's own (``launch-nproc-exceeds-gpus``,
             ``launch-torchrun-missing``, …). An error among them makes :attr:`refused` true.
         environ: The complete environment the command gets (not printed: it may hold secrets).
+        recorder: The flight-recorder variables set or kept (see :mod:`clusterenv.hang.
+            enable`); None when turned off.
+        record: The launch record written into the job's dump directory just before the
+            start (torchrun only: ``srun`` and ``mpirun`` start every node from one place).
     """
 
     config: ClusterConfig
@@ -409,11 +418,13 @@ class LaunchPlan:
     nccl: NcclPlan
     findings: tuple[Finding, ...]
     environ: Mapping[str, str] = field(repr=False)
+    recorder: RecorderPlan | None = None
+    record: LaunchRecord | None = None
 
     @property
     def changes(self) -> dict[str, str]:
         """The variables the launch adds or replaces, e.g. ``{"GLOO_SOCKET_IFNAME": "ens1"}``."""
-        return self.nccl.env
+        return {**self.nccl.env, **(self.recorder.env if self.recorder else {})}
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -438,6 +449,7 @@ def plan_launch(
     torchrun: Sequence[str] | None = None,
     nccl_version: str | None = None,
     launcher: str = "torchrun",
+    flight_recorder: bool = True,
 ) -> LaunchPlan:
     """Build the torchrun command and environment for this node; runs nothing, changes nothing.
 
@@ -454,6 +466,9 @@ def plan_launch(
         launcher: ``"torchrun"`` (run on every node), or ``"srun"`` / ``"mpirun"`` (run
             once, e.g. in the batch script: the command starts ``python SCRIPT`` on every node;
             see :func:`srun_args` and :func:`mpirun_args`).
+        flight_recorder: Turn PyTorch's flight recorder on where unset and plan the launch
+            record (see :mod:`clusterenv.hang.enable`), so ``clusterenv hang`` can name the
+            rank and node that stopped.
 
     Returns:
         The plan, whose ``command`` is e.g. ``("/opt/venv/bin/torchrun", "--nnodes=2", ...)``.
@@ -492,7 +507,13 @@ def plan_launch(
     facts = Facts(environ=env, root=host_root, config=config, nccl_version=nccl_version)
     nccl = plan_from_facts(facts, override=override, debug=debug)
     findings += _process_count_findings(config, nproc, env, facts.host.gpus)
-    launch_env = {**env, **nccl.env}
+    recorder = None
+    if flight_recorder:
+        # launch execs torchrun, so this pid is the agent's, the workers' parent: they name
+        # the same job directory (see hang.enable.job_directory)
+        recorder = plan_recorder(env, directory=job_directory(env, agent_pid=os.getpid()),
+                                 host=_host_name(host_root))
+    launch_env = {**env, **nccl.env, **(recorder.env if recorder else {})}
     # Judge the environment the job will get, as doctor would after `eval "$(clusterenv env)"`:
     # what remains is what launch refuses on.
     after = Facts(environ=launch_env, root=host_root, config=config, network=facts.network,
@@ -504,14 +525,34 @@ def plan_launch(
         argv: tuple[str, ...] = (tool, *srun_args(config, nproc_per_node=nproc),
                                  sys.executable, *command)
     elif launcher == "mpirun":
-        argv = (tool, *mpirun_args(config, nproc_per_node=nproc, forward=sorted(nccl.env)),
+        forward = sorted({**nccl.env, **(recorder.env if recorder else {})})
+        argv = (tool, *mpirun_args(config, nproc_per_node=nproc, forward=forward),
                 sys.executable, *command)
     elif launcher == "torchrun":
         argv = (*(torchrun or ["torchrun"]), *torchrun_args(config, nproc_per_node=nproc),
                 *command)
     else:
         raise LaunchError(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
-    return LaunchPlan(config, tuple(argv), nccl, tuple(dict.fromkeys(findings)), launch_env)
+    unique = tuple(dict.fromkeys(findings))
+    record = None
+    if recorder is not None and launcher == "torchrun":
+        record = LaunchRecord(
+            node_rank=config.node_rank, num_nodes=config.num_nodes, nproc_per_node=nproc,
+            first_rank=config.node_rank * nproc, host=_host_name(host_root),
+            node_addr=config.node_addr, primary=config.host_node_addr,
+            started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            doctor=tuple(f"{f.severity}[{f.code}]: {f.title}"[:300] for f in unique)[:32],
+        )
+    return LaunchPlan(config, tuple(argv), nccl, unique, launch_env, recorder, record)
+
+
+def _host_name(root: Root) -> str:
+    """This node's host name (a snapshot's recorded one under ``--root``)."""
+    if not root.is_live:
+        recorded = root.host.get("hostname")
+        if isinstance(recorded, str) and recorded:
+            return recorded
+    return socket.gethostname()
 
 
 #: doctor's codes that launch itself takes care of: it is the launcher, and its rendezvous is
@@ -552,6 +593,7 @@ def launch(
     override: bool = False,
     debug: bool = False,
     force: bool = False,
+    flight_recorder: bool = True,
 ) -> NoReturn:
     """Apply the NCCL plan and replace this process with torchrun; never returns.
 
@@ -567,6 +609,8 @@ def launch(
         override: Let the NCCL plan replace user values that differ from the evidenced ones.
         debug: Also set ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,NET``.
         force: Start the job even when an error remains.
+        flight_recorder: Turn PyTorch's flight recorder on where unset and write the launch
+            record (see :func:`plan_launch`).
 
     Raises:
         ConfigError: When the cluster environment is invalid.
@@ -574,7 +618,7 @@ def launch(
             cannot be started.
     """
     plan = plan_launch(environ, command=command, root=root, nproc_per_node=nproc_per_node,
-                       override=override, debug=debug)
+                       override=override, debug=debug, flight_recorder=flight_recorder)
     exec_plan(plan, force=force)
 
 
@@ -601,6 +645,14 @@ def exec_plan(plan: LaunchPlan, *, force: bool = False) -> NoReturn:
             raise LaunchError(finding.title)
     if plan.refused and not force:
         raise LaunchError(refusal(plan))
+    if plan.record is not None and plan.recorder is not None:
+        directory = plan.environ.get(HANG_DIR_VARIABLE, str(plan.recorder.directory))
+        try:
+            write_launch_record(directory, plan.record)
+        except OSError as e:  # the job matters more than its record: say so and go on
+            print(f"clusterenv launch: note: no launch record written in {directory}: "
+                  f"{e.strerror or e}; `clusterenv hang` will report ranks without nodes",
+                  file=sys.stderr)
     sys.stdout.flush()  # exec discards Python's buffers
     sys.stderr.flush()
     try:

@@ -36,8 +36,8 @@ _SAFE = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--format``, ``--json``, ``--debug``, ``--override``, ``--torchrun``, ``--no-nccl``,
-    ``--root``."""
+    """``--format``, ``--json``, ``--debug``, ``--override``, ``--torchrun``,
+    ``--flight-recorder``, ``--no-nccl``, ``--root``."""
     parser.add_argument(
         "--format", choices=FORMATS, default="sh",
         help="sh: export NAME='value' (default); fish: set -gx NAME value; dotenv: NAME=value; "
@@ -49,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--torchrun", action="store_true",
         help="also export torchrun's PET_* options, so a bare `torchrun train.py` launches this "
         "node (static rendezvous on PRIMARY_ADDR:PRIMARY_PORT)",
+    )
+    parser.add_argument(
+        "--flight-recorder", action="store_true",
+        help="also export PyTorch's flight-recorder variables (where unset: buffer size, dump "
+        "location in a new job directory, TORCH_NCCL_DUMP_ON_TIMEOUT=1, CLUSTERENV_HANG_DIR), "
+        "as `clusterenv launch` sets them, for `clusterenv hang`",
     )
     add_no_nccl(parser)
     add_nccl_version(parser)
@@ -128,9 +134,24 @@ def run(args: argparse.Namespace) -> int:
         from clusterenv.launch import torchrun_env
 
         exports.update(torchrun_env(check.config))
+    recorder = None
+    if args.flight_recorder:
+        import os
+
+        from clusterenv.hang.enable import job_directory, plan_recorder
+
+        host = root.host.get("hostname") if not root.is_live else None
+        recorder = plan_recorder(environ, directory=job_directory(environ, agent_pid=os.getpid()),
+                                 host=host if isinstance(host, str) and host else None)
+        exports.update(recorder.env)
+        for change in recorder.changes:
+            if change.action == "keep":
+                print(f"# kept {change.name}={change.value!r}: {change.reason}",
+                      file=sys.stderr)
     fmt = "json" if args.json else args.format
     if fmt == "json":
-        sys.stdout.write(json.dumps(to_jsonable({"env": exports, "plan": plan}), indent=2) + "\n")
+        data = {"env": exports, "plan": plan, **({"recorder": recorder} if recorder else {})}
+        sys.stdout.write(json.dumps(to_jsonable(data), indent=2) + "\n")
     else:
         sys.stdout.write(render(exports, fmt))
     for line in comments(plan):

@@ -59,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "exits 1 and starts nothing: the job would fail or hang)",
     )
     parser.add_argument(
+        "--no-flight-recorder", action="store_true",
+        help="do not set PyTorch's flight-recorder variables or write the launch record "
+        "(by default both are done, so `clusterenv hang` can name the rank and node that "
+        "stopped)",
+    )
+    parser.add_argument(
         "-q", "--quiet", action="store_true",
         help="do not print the command and the changes before starting it",
     )
@@ -73,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _summary(plan: LaunchPlan, stream: TextIO) -> str:
-    rows = [(c.action, c.name, c.value, c.reason) for c in plan.nccl.changes]
+    recorder = plan.recorder.changes if plan.recorder is not None else ()
+    rows = [(c.action, c.name, c.value, c.reason) for c in (*plan.nccl.changes, *recorder)]
     env = (
         table(rows, ("action", "variable", "value", "reason"))
         if rows
@@ -106,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         environ, command=command, root=root, nproc_per_node=args.nproc_per_node,
         override=args.override, debug=args.debug, nccl_version=args.nccl_version,
         torchrun=["torchrun"] if args.root is not None else None, launcher=args.launcher,
+        flight_recorder=not args.no_flight_recorder,
     )
     refused = plan.refused and not args.force
     if not args.dry_run:
@@ -124,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
             "command": list(plan.command),
             "env": plan.changes,
             "plan": plan.nccl,
+            "recorder": plan.recorder,
+            "record": plan.record,
             "findings": list(plan.findings),
             "refused": refused,
         })

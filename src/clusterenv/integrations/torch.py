@@ -10,6 +10,10 @@ torch is imported only when :func:`init_process_group` runs, never when this mod
   exact command to use, instead of torch's "environment variable RANK expected, but not set".
 - A single process on a laptop: a world of one, through an in-memory store (no port, no network,
   ``os.environ`` untouched).
+- Inside a worker, PyTorch's flight recorder is turned on where unset
+  (:func:`clusterenv.hang.apply_recorder`: buffer size, dump location, NCCL dump on timeout), and
+  the recorder is dumped when a collective fails (Gloo, and NCCL without dump-on-timeout), so
+  ``clusterenv hang`` can name the rank that stopped.
 
 Example::
 
@@ -33,6 +37,7 @@ from clusterenv.errors import LaunchError
 
 if TYPE_CHECKING:
     from clusterenv.config import ClusterConfig
+    from clusterenv.hang.enable import RecorderPlan
     from clusterenv.nccl import NcclPlan
 
 __all__ = [
@@ -58,6 +63,10 @@ class ProcessGroupInfo:
         device: Where this rank's tensors belong, e.g. ``"cuda:1"`` or ``"cpu"``.
         launched: Whether a launcher started this process (False: a world of one).
         plan: The NCCL/Gloo plan applied first; None when nothing was applied.
+        recorder: The flight-recorder variables set or kept; None when not launched or
+            ``flight_recorder=False``.
+        dump_on_failure: Whether this process dumps the recorder when a collective fails
+            (into the dump location the recorder plan names).
     """
 
     backend: str
@@ -67,6 +76,8 @@ class ProcessGroupInfo:
     device: str
     launched: bool
     plan: NcclPlan | None = None
+    recorder: RecorderPlan | None = None
+    dump_on_failure: bool = False
 
 
 def _script_command(argv: Sequence[str] | None) -> str:
@@ -120,6 +131,7 @@ def init_process_group(
     environ: MutableMapping[str, str] | None = None,
     apply_defaults: bool = True,
     root: str | os.PathLike[str] = "/",
+    flight_recorder: bool = True,
     **kwargs: Any,
 ) -> ProcessGroupInfo:
     """Create torch's default process group the way this cluster needs it.
@@ -133,6 +145,9 @@ def init_process_group(
             only to test the decisions).
         apply_defaults: Apply :func:`clusterenv.apply_nccl_defaults` inside a launched worker.
         root: ``/`` or a host snapshot, for the plan.
+        flight_recorder: Inside a launched worker, turn PyTorch's flight recorder on where
+            unset (:func:`clusterenv.hang.apply_recorder`) and dump it when a collective
+            fails, for ``clusterenv hang``.
         **kwargs: Passed on to ``torch.distributed.init_process_group`` (e.g. ``device_id``).
 
     Returns:
@@ -155,6 +170,11 @@ def init_process_group(
         from clusterenv.nccl import apply_nccl_defaults
 
         plan = apply_nccl_defaults(env, root=root)
+    recorder = None
+    if launched and flight_recorder:
+        from clusterenv.hang.enable import apply_recorder
+
+        recorder = apply_recorder(env)  # before the first process group: torch reads it then
 
     import torch
     import torch.distributed as dist
@@ -198,6 +218,8 @@ def init_process_group(
         # A world of one: an in-memory store needs no port and leaves os.environ alone.
         store = dist.HashStore()  # type: ignore[attr-defined,unused-ignore]
         dist.init_process_group(backend=chosen, store=store, rank=0, world_size=1, **options)
+    dumping = recorder is not None and _dump_on_failure(env, recorder, str(dist.get_backend()),
+                                                         config, local_rank)
     return ProcessGroupInfo(
         backend=str(dist.get_backend()),
         rank=dist.get_rank(),
@@ -206,4 +228,29 @@ def init_process_group(
         device=device,
         launched=launched,
         plan=plan,
+        recorder=recorder,
+        dump_on_failure=dumping,
     )
+
+
+def _dump_on_failure(env: MutableMapping[str, str], recorder: RecorderPlan, backend: str,
+                     config: ClusterConfig, local_rank: int) -> bool:
+    """Install the dump-on-failure hook unless torch dumps by itself (NCCL with
+    ``TORCH_NCCL_DUMP_ON_TIMEOUT`` on) or no dump location is known."""
+    import torch.distributed as dist
+
+    from clusterenv.hang.recorder import DUMP_FILE_NAMES, DUMP_ON_TIMEOUT
+    from clusterenv.integrations import _fr_dump
+
+    names = recorder.torch.dump_file if recorder.torch is not None else DUMP_FILE_NAMES
+    prefix = next((env[n] for n in names if env.get(n)), None)
+    if prefix is None:
+        return False
+    if "nccl" in backend and env.get(DUMP_ON_TIMEOUT, "").strip().lower() in (
+            "1", "y", "yes", "t", "true"):
+        return False
+    node = env.get("GROUP_RANK")
+    _fr_dump.install(prefix=prefix, rank=dist.get_rank(), world_size=dist.get_world_size(),
+                     backend=backend, local_rank=local_rank,
+                     node_rank=int(node) if node and node.isdigit() else config.node_rank)
+    return True

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from clusterenv._facts import ENVIRONMENT, Facts
 from clusterenv.findings import Finding, Severity
+from clusterenv.hang.recorder import find_torch, recorder_checks
 
 __all__ = ["DEBUG_KNOBS", "DEPRECATED", "IB_SETTING_RANGES", "env_checks", "ib_setting_problem"]
 
@@ -247,6 +248,7 @@ def env_checks(facts: Facts) -> list[tuple[str, Finding]]:
         *_deprecated(facts),
         *_timeouts(facts),
         *_hang_switches(facts),
+        *recorder_checks(facts.environ, find_torch() if facts.root.is_live else None),
         *_debug_knobs(facts),
         *_ib_ranges(facts),
     ]
