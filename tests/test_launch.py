@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -298,8 +299,10 @@ def test_plan_applies_the_cluster_interface_and_builds_the_command(tmp_path: Pat
                        torchrun=["torchrun"])
     assert plan.command == ("torchrun", *torchrun_args(node1_config()), "train.py", "--lr",
                             "3e-4")
-    assert plan.changes == {"NCCL_SOCKET_IFNAME": "ens1", "GLOO_SOCKET_IFNAME": "ens1",
-                            "TP_SOCKET_IFNAME": "ens1"}
+    assert plan.nccl.env == {"NCCL_SOCKET_IFNAME": "ens1", "GLOO_SOCKET_IFNAME": "ens1",
+                             "TP_SOCKET_IFNAME": "ens1"}
+    assert plan.recorder is not None  # the flight recorder's variables come on top
+    assert plan.changes == {**plan.nccl.env, **plan.recorder.env}
     assert plan.environ["GLOO_SOCKET_IFNAME"] == "ens1"
     assert plan.environ["NODE_RANK"] == "1"
     assert not [f for f in plan.findings if f.severity == "error"]
@@ -419,10 +422,12 @@ def test_dry_run_json_on_a_snapshot(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = json.loads(capsys.readouterr().out)
     assert code == 1  # GLOO_SOCKET_IFNAME=eth0 is kept: the job would fail, so launch refuses
     assert out["refused"] is True
-    assert set(out) == {"config", "command", "env", "plan", "findings", "refused"}
+    assert set(out) == {"config", "command", "env", "plan", "recorder", "record", "findings",
+                        "refused"}
     assert out["command"] == ["torchrun", *torchrun_args(node1_config()), "train.py", "--data",
                               "my data"]
-    assert out["env"] == {"NCCL_SOCKET_IFNAME": "ens1", "TP_SOCKET_IFNAME": "ens1"}
+    assert out["env"] == {"NCCL_SOCKET_IFNAME": "ens1", "TP_SOCKET_IFNAME": "ens1",
+                          **out["recorder"]["env"]}
     actions = {c["name"]: c["action"] for c in out["plan"]["changes"]}
     assert actions["GLOO_SOCKET_IFNAME"] == "keep"
     assert out["config"]["node_rank"] == 1
@@ -442,7 +447,7 @@ def test_dry_run_human_output_is_shell_quoted(
     expected = ["torchrun", *torchrun_args(node1_config(), nproc_per_node=1), "train.py",
                 "--data", "my data"]
     assert f"  {shlex.join(expected)}\n" in out
-    assert "set     NCCL_SOCKET_IFNAME  ens1" in out
+    assert re.search(r"^set\s+NCCL_SOCKET_IFNAME\s+ens1\s", out, re.MULTILINE), out
 
 
 def test_torchrun_options_and_modules_follow_ours(

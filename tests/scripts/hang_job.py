@@ -25,10 +25,15 @@ import socket
 import sys
 import time
 
+PROGRESS: list[int] = []  # an O_APPEND descriptor when --progress is given
+
 
 def say(text: str) -> None:
-    """One ``write(2)`` per line: the ranks of a node share one pipe."""
-    os.write(sys.stdout.fileno(), f"hangjob {text}\n".encode())
+    """One ``write(2)`` per line: the ranks of a node share one pipe (and the progress file)."""
+    line = f"hangjob {text}\n".encode()
+    os.write(sys.stdout.fileno(), line)
+    for fd in PROGRESS:
+        os.write(fd, line)
 
 
 def main() -> int:
@@ -40,7 +45,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5, help="0: until killed")
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.add_argument("--pause", type=float, default=0.0, help="seconds between steps")
+    parser.add_argument("--progress", help="also append every line to this file")
     args = parser.parse_args()
+    if args.progress:
+        PROGRESS.append(os.open(args.progress, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
 
     import torch
     import torch.distributed as dist

@@ -17,7 +17,7 @@ Point-to-point calls are numbered per rank, not per group, so they are shown, ne
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from clusterenv._jsonable import json_fields
@@ -320,6 +320,11 @@ def _stall(name: str, dumps: Mapping[int, RankDump], world: int | None,
     behind = tuple(r for r in compared if r in dumps and r not in waiting)
     missing = tuple(r for r in compared if r not in dumps)
     call = max((entered[r] for r in waiting), key=lambda c: (c.where is not None, -len(c.op)))
+    if call.where is None:  # a dump without stacks: where a waiting rank's call failed
+        failed = [d.failed_at for r in waiting if (d := dumps[r]).failed_at
+                  and d.failed_in == call.operation]
+        if failed:
+            call = replace(call, where=failed[0])
     label = f"group {name}" + (f" ({desc})" if desc else "")
     if not behind and not missing:
         at = [r for r, c in entered.items() if c.seq == frontier]

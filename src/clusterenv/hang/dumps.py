@@ -318,6 +318,7 @@ def read_dump(path: str | os.PathLike[str], *, limits: DumpLimits = DEFAULT_DUMP
         world_size=_int(note.get("world_size")),
         error=_text(note.get("error"), 2 * MAX_TEXT),
         failed_in=_text(note.get("failed_in"), 80),
+        failed_at=_text(note.get("failed_at")),
     ), mtime
 
 

@@ -106,8 +106,8 @@ class Call:
         return f"{self.operation} {number} of group {self.group} ({', '.join(details)})"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data: the fields above."""
-        return json_fields(self)
+        """JSON-ready data: the fields above, plus ``operation``."""
+        return json_fields(self, operation=self.operation)
 
     @classmethod
     def from_wire(cls, data: Any, where: str = "call.") -> Call:
@@ -216,6 +216,8 @@ class RankDump:
         error: What failed on this rank, as its exception said (clusterenv's dumps only),
             e.g. ``"Timed out waiting 30000ms for recv operation to complete"``.
         failed_in: The ``torch.distributed`` function that raised, e.g. ``"all_reduce"``.
+        failed_at: Where the script called it, e.g. ``"/job/train.py:42 in step"``
+            (clusterenv's dumps, which carry no stacks of their own).
         reported_by: In ``hang --collect``: the address of the node that sent it.
     """
 
@@ -230,6 +232,7 @@ class RankDump:
     world_size: int | None = None
     error: str | None = None
     failed_in: str | None = None
+    failed_at: str | None = None
     reported_by: str | None = None
 
     @property
@@ -292,6 +295,7 @@ class RankDump:
             world_size=_field(data, "world_size", (int,), where),
             error=_field(data, "error", (str,), where),
             failed_in=_field(data, "failed_in", (str,), where),
+            failed_at=_field(data, "failed_at", (str,), where),
         )
 
 
