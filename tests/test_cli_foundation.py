@@ -83,3 +83,11 @@ def test_nothing_set_prints_the_local_default_and_exits_0(tmp_path: Path) -> Non
         data = json.loads(result.stdout)
         assert data["config"]["source"] == "local"
         assert data["config"]["primary_addr"] == "127.0.0.1"
+
+
+def test_every_verb_has_a_section_in_the_cli_page() -> None:
+    from clusterenv.cli import VERBS
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    missing = [verb for verb in VERBS if f"## `clusterenv {verb}`" not in page]
+    assert not missing, f"verbs without a section in docs/cli.md: {missing}"

@@ -79,15 +79,12 @@ def _stall_lines(stall: Stall) -> list[str]:
     lines = [f"stalled in group {stall.group}{desc}: {stall.call.describe()}"]
     rows = []
     for view in stall.ranks:
-        where = _call(view.latest) if view.latest is not None else ""
-        detail = f"now in {where}" if where else ""
-        if view.error:
-            detail = (detail + "; " if detail else "") + f"error: {view.error}"
+        detail = f"its latest: {_call(view.latest)}" if view.latest is not None else ""
         rows.append((view.rank, view.node_rank, view.host, view.state,
                      _call(view.last) if view.state != "missing" else "no dump read",
                      detail or None))
     lines.append(table(rows, ("rank", "node", "host", "state", "last collective in group",
-                              "also")))
+                              "elsewhere")))
     if not stall.members_known:
         lines.append("  (the group's members are not in the dumps: only ranks that recorded "
                       "it are compared)")

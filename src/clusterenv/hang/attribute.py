@@ -418,6 +418,15 @@ def attribute(
         elif line is not None:
             agreed.append(line)
     stalls.sort(key=lambda s: (not s.behind, -(s.call.time_created_ns or 0)))
+    if reported is None:  # reading one node's files: other nodes' dumps are on their disks
+        recorded = {r.node_rank for r in records}
+        elsewhere = sorted({r for s in stalls for r in s.missing
+                            if (p := places.get(r)) is not None and p.node_rank is not None
+                            and p.node_rank not in recorded})
+        if elsewhere:
+            notes = [*notes, f"rank(s) {ranks_text(elsewhere)} ran on other nodes, whose dumps "
+                     "are on their own disks: run `clusterenv hang --collect` on every node "
+                     "(or copy their dump directories here) before concluding they stopped"]
     if stalls:
         verdict: Verdict = "hang"
         title = _title(stalls[0], places)
