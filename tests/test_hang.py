@@ -63,6 +63,7 @@ def test_pickles_named_as_torch_names_them(fr_dumps: Generated) -> None:
     report = diagnose_hang([fr_dumps.stall])
     assert_names_what_the_ranks_did(report, fr_dumps, stacks=True)
     assert report.ranks_read == tuple(range(WORLD))
+    assert any(n.startswith("no launch record") for n in report.notes)  # it says so
     # The group both ranks 0 and 1 used earlier is in agreement.
     assert any("ranks 0-1 all reached all_reduce" in line for line in report.agreed)
 

@@ -7,7 +7,7 @@ against its library's strings and against what torch does when run with them.
 
 from __future__ import annotations
 
-import mmap
+import json
 import os
 import subprocess
 import sys
@@ -37,6 +37,7 @@ from tests.hang_dumps import Generated
 from tests.test_launch import NODE1, runpod_host
 
 SCRIPT = Path(__file__).parent / "scripts" / "fr_buffer.py"
+EXTRACT = Path(__file__).parent / "scripts" / "torch_fr_variables.py"
 NEW = TorchRecorder("2.13.0", BUFFER_SIZE_NAMES, DUMP_FILE_NAMES, 2000, "test")
 OLD_ZERO = TorchRecorder("2.3.0", BUFFER_SIZE_NAMES[1:], DUMP_FILE_NAMES[1:], 0, "test")
 ALL_NAMES = (*BUFFER_SIZE_NAMES, *DUMP_FILE_NAMES, DUMP_ON_TIMEOUT, HANG_DIR_VARIABLE)
@@ -56,17 +57,32 @@ def torch_dir() -> Path:
 def test_the_names_and_default_are_read_from_the_installed_torch(torch_required: None) -> None:
     found = find_torch()
     assert found is not None and found.version is not None
-    header = (torch_dir() / "include/torch/csrc/distributed/c10d/FlightRecorder.hpp").read_text()
-    assert parse_recorder_header(header) == (found.buffer_size, found.default_entries)
+    # The extraction script reads the same torch from its files alone.
+    facts = json.loads(subprocess.run(
+        [sys.executable, str(EXTRACT), str(torch_dir())], capture_output=True, text=True,
+        check=True).stdout)
+    assert facts["version"] == found.version
+    assert (tuple(facts["buffer_size"]), facts["default_entries"]) == (
+        found.buffer_size, found.default_entries)
+    assert found.evidence.endswith(facts["header"])
+    # Every name the table gives this torch is a string its own library or headers hold.
+    for name in (*found.buffer_size, *found.dump_file):
+        assert name in facts["library_names"], name
+    assert DUMP_ON_TIMEOUT in facts["nccl_header_names"]
     assert found.buffer_size == BUFFER_SIZE_NAMES and found.dump_file == DUMP_FILE_NAMES
-    # Every name the table holds is a string torch's own library reads.
-    library = torch_dir() / "lib" / "libtorch_cpu.so"
-    with open(library, "rb") as handle, mmap.mmap(handle.fileno(), 0,
-                                                  access=mmap.ACCESS_READ) as data:
-        for name in (*found.buffer_size, *found.dump_file):
-            assert data.find(name.encode() + b"\0") >= 0, name
-    nccl = (torch_dir() / "include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp").read_text()
-    assert f'"{DUMP_ON_TIMEOUT}"' in nccl
+
+
+def test_the_header_parser_takes_the_buffer_size_call_only() -> None:
+    # torch 2.13's FlightRecorder.hpp, verbatim: the capture_cpp_stack_ call is not the one.
+    header = (
+        '    max_entries_ = getCvarInt(\n'
+        '        {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}, 2000);\n'
+        '    capture_cpp_stack_ = getCvarBool(\n'
+        '        {"TORCH_FR_CPP_STACK", "TORCH_NCCL_TRACE_CPP_STACK"}, false);\n')
+    assert parse_recorder_header(header) == (BUFFER_SIZE_NAMES, 2000)
+    assert parse_recorder_header('getCvarInt({"TORCH_NCCL_TRACE_BUFFER_SIZE"}, 0)') == (
+        ("TORCH_NCCL_TRACE_BUFFER_SIZE",), 0)
+    assert parse_recorder_header('getCvarInt({"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"}, 480)') is None
 
 
 @pytest.mark.parametrize(("text", "value"), [

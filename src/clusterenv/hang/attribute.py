@@ -401,6 +401,10 @@ def attribute(
         notes = [*notes, f"dumps of ranks up to {max(by_rank)} but a world of {world} "
                  f"({world_source}): the dumps may come from another job"]
     places = _places(dumps, records, world, layout)
+    if not records and any(p.node_rank is None for p in places.values()):
+        notes = [*notes, "no launch record: ranks without clusterenv's note are reported "
+                 "without their node (start jobs with `clusterenv launch`, which records which "
+                 "node runs which ranks)"]
     nodes = _nodes(places, records, reported)
     failures = tuple(f"rank {d.rank}{_where_text(d.rank, places)}: "
                      f"{d.failed_in + ': ' if d.failed_in else ''}{d.error}"
