@@ -125,3 +125,20 @@ def test_a_relative_library_variable_is_refused(trap_dir: Path) -> None:
     assert search.library is None and search.problem
     assert search.note.startswith("CLUSTERENV_NCCL_LIBRARY='libnccl.so.2' is a relative path")
     assert "absolute path" in search.note
+
+
+def test_no_launcher_from_the_current_directory(bare_venv: Path, trap_dir: Path) -> None:
+    """A ``PATH`` with an empty entry means the current directory to ``shutil.which`` and to
+    ``execve`` of a bare name; launch starts neither a ``torchrun`` nor an ``srun`` from there."""
+    for name in ("torchrun", "srun"):
+        tool = trap_dir / name
+        tool.write_text(f"#!/bin/sh\necho started >> {trap_dir / 'LOADED'}\n")
+        tool.chmod(0o755)
+    clusterenv = str(bare_venv / "bin" / "clusterenv")
+    dry = _run([clusterenv, "launch", "--dry-run", "--", "train.py"], trap_dir, {"PATH": ":"})
+    assert str(trap_dir) not in dry.stdout + dry.stderr, dry.stdout + dry.stderr
+    srun = _run([clusterenv, "launch", "--launcher", "srun", "--force", "--", "true"], trap_dir,
+                {"PATH": "/nonexistent:"})
+    assert not (trap_dir / "LOADED").exists(), srun.stdout + srun.stderr
+    assert srun.returncode != 0
+    assert "srun not found" in srun.stderr and "Traceback" not in srun.stderr

@@ -34,8 +34,10 @@ __all__ = [
     "MAX_HOST_JSON_BYTES",
     "SNAPSHOT_FORMAT",
     "Root",
+    "absolute_entries",
     "as_root",
     "natural_key",
+    "which",
 ]
 
 #: Where a snapshot keeps what is not a file (addresses, limits, environment), relative to its root.
@@ -58,6 +60,38 @@ def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders entry names as people read them: ``ens2`` before ``ens10``,
     ``mlx5_2`` before ``mlx5_10``."""
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _DIGIT_RUNS.findall(name))
+
+
+def absolute_entries(value: str | None, *, limit: int = 32, separators: str = ":") -> list[str]:
+    """The absolute directories of a path variable, at most ``limit`` entries read.
+
+    An unset or empty variable gives none, and so do empty and relative entries: the dynamic
+    loader and the shell would read them against the current directory, which is whatever
+    directory the user happens to be in (a clone, ``/tmp``), and nothing is ever loaded,
+    started or read from there. ``separators``: ``":"`` for ``PATH``, ``":;"`` for
+    ``LD_LIBRARY_PATH`` (the loader splits it at both).
+
+    Example: ``absolute_entries("/opt/nccl/lib::lib: /x;/usr/lib", separators=":;")`` ->
+    ``["/opt/nccl/lib", "/usr/lib"]``.
+    """
+    if not value:
+        return []
+    entries = re.split(f"[{re.escape(separators)}]", value)[:limit]
+    return [entry for entry in entries if entry.startswith("/")]
+
+
+def which(name: str, path: str | None) -> str | None:
+    """The first executable ``name`` in the absolute directories of ``path`` (a ``PATH``
+    value; None or empty finds nothing), e.g. ``"/opt/venv/bin/torchrun"``.
+
+    Unlike :func:`shutil.which`, an empty or relative entry is not the current directory: a
+    ``torchrun`` dropped where the user stands is never the one started.
+    """
+    for directory in absolute_entries(path, limit=256):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
 
 
 def _kind(mode: int) -> str:

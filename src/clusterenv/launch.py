@@ -26,7 +26,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from clusterenv._facts import Facts
-from clusterenv._root import as_root
+from clusterenv._root import as_root, which
 from clusterenv.config import ClusterConfig
 from clusterenv.diagnosis import diagnose_facts
 from clusterenv.errors import LaunchError
@@ -169,7 +168,7 @@ def find_torchrun(environ: Mapping[str, str] | None = None) -> list[str]:
     """
     env = os.environ if environ is None else environ
     path = env.get("PATH", os.defpath)
-    found = shutil.which("torchrun", path=path)
+    found = which("torchrun", path)
     here = importlib.util.find_spec("torch") is not None
     if found is not None:
         interpreter = _script_interpreter(found)
@@ -177,7 +176,7 @@ def find_torchrun(environ: Mapping[str, str] | None = None) -> list[str]:
         # base interpreter, whose packages are not the venv's.
         if (not here or interpreter is None or os.path.realpath(os.path.dirname(interpreter))
                 == os.path.realpath(os.path.dirname(sys.executable))):
-            return [os.path.abspath(found)]
+            return [found]
     if here:
         return [sys.executable, "-m", TORCHRUN_MODULE]
     raise LaunchError(
@@ -499,7 +498,7 @@ def plan_launch(
                   rdma=facts.rdma, host=facts.host)
     remaining, _, _ = diagnose_facts(after, debug=debug)
     findings += [f for f in remaining if f.code not in _NOT_FOR_LAUNCH]
-    tool = shutil.which(launcher, path=env.get("PATH")) or launcher
+    tool = which(launcher, env.get("PATH")) or launcher
     if launcher == "srun":
         argv: tuple[str, ...] = (tool, *srun_args(config, nproc_per_node=nproc),
                                  sys.executable, *command)
@@ -601,6 +600,12 @@ def exec_plan(plan: LaunchPlan, *, force: bool = False) -> NoReturn:
             raise LaunchError(finding.title)
     if plan.refused and not force:
         raise LaunchError(refusal(plan))
+    if not os.path.isabs(plan.command[0]):
+        # execve resolves a bare name against the current directory, never against PATH.
+        raise LaunchError(
+            f"{plan.command[0]} not found: no absolute directory on PATH holds it "
+            f"(PATH={plan.environ.get('PATH', '')!r}); install it or put its directory on PATH"
+        )
     sys.stdout.flush()  # exec discards Python's buffers
     sys.stderr.flush()
     try:

@@ -39,7 +39,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterenv.nccl.version import absolute_entries, site_packages_dirs
+from clusterenv._root import absolute_entries
+from clusterenv.nccl.version import site_packages_dirs
 
 __all__ = [
     "LIBRARY_VARIABLE",
@@ -143,7 +144,8 @@ def _nvidia_dirs() -> Iterator[Path]:
 
 
 def _ld_library_dirs(environ: Mapping[str, str]) -> Iterator[Path]:
-    for entry in absolute_entries(environ.get("LD_LIBRARY_PATH"), limit=_MAX_LD_DIRS):
+    variable = environ.get("LD_LIBRARY_PATH")
+    for entry in absolute_entries(variable, limit=_MAX_LD_DIRS, separators=":;"):
         yield Path(entry)
 
 
@@ -336,7 +338,7 @@ def _loader_environ(environ: Mapping[str, str]) -> dict[str, str]:
     and plugins; an empty or relative entry would mean the directory the probe runs in)."""
     env = dict(environ)
     if "LD_LIBRARY_PATH" in env:
-        kept = absolute_entries(env["LD_LIBRARY_PATH"], limit=_MAX_LD_DIRS)
+        kept = absolute_entries(env["LD_LIBRARY_PATH"], limit=_MAX_LD_DIRS, separators=":;")
         if kept:
             env["LD_LIBRARY_PATH"] = ":".join(kept)
         else:

@@ -20,11 +20,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from clusterenv._root import Root
+from clusterenv._root import Root, absolute_entries
 from clusterenv.errors import DiscoveryError
 
 __all__ = [
-    "NcclVersion", "absolute_entries", "detect_nccl_versions", "known_before", "loader_dirs",
+    "NcclVersion", "detect_nccl_versions", "known_before", "loader_dirs",
     "parse_nccl_version", "site_packages_dirs", "versions_text",
 ]
 
@@ -72,22 +72,6 @@ def parse_nccl_version(text: str | None) -> tuple[int, int, int] | None:
     if int(major) != 2:  # NCCL 1 is long gone; anything else is not an NCCL version
         return None
     return int(major), int(minor), int(patch or 0)
-
-
-def absolute_entries(value: str | None, *, limit: int = _MAX_LD_DIRS) -> list[str]:
-    """The absolute directories of a path variable, at most ``limit`` of them; entries are
-    separated by ``:`` or ``;``, as the dynamic loader splits ``LD_LIBRARY_PATH``.
-
-    An unset or empty variable gives none, and so do empty and relative entries: the dynamic
-    loader would read them against the current directory, which is whatever directory the
-    user happens to be in (a clone, ``/tmp``), and nothing is ever loaded or read from there.
-
-    Example: ``"/opt/nccl/lib::lib: /x;/usr/lib"`` -> ``["/opt/nccl/lib", "/usr/lib"]``.
-    """
-    if not value:
-        return []
-    entries = re.split("[:;]", value)[:limit]
-    return [entry for entry in entries if entry.startswith("/")]
 
 
 def site_packages_dirs() -> list[str]:
@@ -174,7 +158,7 @@ def loader_dirs(
         for conf in root.listdir("etc/ld.so.conf.d") if conf.endswith(".conf")
         for line in root.read_lines(f"etc/ld.so.conf.d/{conf}") if line.strip().startswith("/")
     ]
-    variable = absolute_entries(environ.get("LD_LIBRARY_PATH"))
+    variable = absolute_entries(environ.get("LD_LIBRARY_PATH"), separators=":;")
     dirs: list[str] = []
     seen: set[object] = set()
     for raw in (*_STANDARD_LIBRARY_DIRS, *extra, *configured, *variable):
