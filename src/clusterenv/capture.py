@@ -38,6 +38,7 @@ from clusterenv._scrub import (
     cluster_environ,
     is_cluster_name,
     is_secret_name,
+    scrub_tree,
     scrub_value,
 )
 from clusterenv.errors import ClusterEnvError
@@ -410,7 +411,7 @@ class _Writer:
         if home is not None:
             environ["HOME"] = home
         data["environ"] = dict(sorted(environ.items()))
-        self.put(HOST_JSON, json.dumps(data, indent=1, sort_keys=True))
+        self.put(HOST_JSON, json.dumps(scrub_tree(data), indent=1, sort_keys=True))
 
     def _scrub_address(self, text: str) -> str:
         address = parse_address(text)
