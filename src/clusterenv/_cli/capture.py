@@ -9,6 +9,7 @@ from clusterenv._cli._common import add_json, add_root, add_source, emit_json, h
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
 from clusterenv._scrub import is_cluster_name, is_secret_name
+from clusterenv._shell import command
 from clusterenv._text import printable
 from clusterenv.capture import capture
 from clusterenv.network import NetworkInterfaces
@@ -62,5 +63,5 @@ def run(args: argparse.Namespace) -> int:
     if withheld:
         line += f" ({len(withheld)} left out as secrets: {printable(', '.join(withheld))})"
     print(line + "; MACs, GUIDs and GPU UUIDs scrubbed")
-    print(f"replay it with: clusterenv doctor --root {printable(args.dir)}")
+    print(f"replay it with: {printable(command('clusterenv', 'doctor', '--root', args.dir))}")
     return 0

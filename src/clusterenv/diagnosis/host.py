@@ -9,6 +9,7 @@ import ipaddress
 import socket
 
 from clusterenv._facts import Facts
+from clusterenv._shell import command
 from clusterenv.findings import Finding
 from clusterenv.host import format_bytes
 
@@ -127,13 +128,13 @@ def _launcher(facts: Facts) -> list[Finding]:
         return []
     if facts.environ.get("RANK") is not None or facts.environ.get("LOCAL_RANK") is not None:
         return []
-    command = " ".join(["torchrun", *config.torchrun_args(), "train.py"])
+    torchrun = command("torchrun", *config.torchrun_args(), "train.py")
     return [Finding.of(
         "launcher-missing",
         "the cluster variables are set but no per-process ranks: start training with torchrun "
         "(plain `python train.py` fails with 'environment variable RANK expected, but not set')",
         (f"source: {config.source}", "RANK and LOCAL_RANK are unset"),
-        f"clusterenv launch -- train.py   (or: {command})",
+        f"clusterenv launch -- train.py   (or: {torchrun})",
     )]
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from clusterenv._root import Root
+from clusterenv._shell import export
 from clusterenv.errors import ConfigProblem
 from clusterenv.findings import Finding
 
@@ -86,8 +87,8 @@ class EnvReader:
         if arbiter is not None:
             for (wrong, _), (_, right) in ((first, second), (second, first)):
                 if _same_value(arbiter, right):
-                    return f"export {wrong}={right}"
-        return (f"set both to the same value: export {first[0]}={placeholder(first[0])}; "
+                    return export(wrong, right)
+        return (f"set both to the same value: {export(first[0], placeholder(first[0]))}; "
                 f"export {second[0]}=${first[0]}")
 
     def get(self, name: str) -> str | None:

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
+from clusterenv._shell import export
 from clusterenv.sources._base import (
     DEFAULT_PORT,
     EnvReader,
@@ -138,7 +139,7 @@ def _count(env: EnvReader, *names: str, what: str, example: str, minimum: int) -
             env.problem(
                 (name,),
                 f"{name}={value!r} is an elastic range; clusterenv needs a fixed node count",
-                env.fix("NUM_NODES") if not high.strip() else f"export NUM_NODES={high.strip()}",
+                env.fix("NUM_NODES") if not high.strip() else export("NUM_NODES", high.strip()),
                 "config-elastic-range",
             )
             return None
