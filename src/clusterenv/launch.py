@@ -52,6 +52,7 @@ __all__ = [
     "find_torchrun",
     "launch",
     "mpirun_args",
+    "rendezvous_environ",
     "plan_launch",
     "refusal",
     "srun_args",
@@ -228,20 +229,27 @@ def accelerate_args(config: ClusterConfig, *, nproc_per_node: int | None = None)
 def srun_args(config: ClusterConfig, *, nproc_per_node: int | None = None) -> list[str]:
     """``srun`` arguments that start one task per process on every node, in blocks.
 
-    Each task reads its ranks from ``SLURM_*`` (the ``slurm`` source); ``MASTER_ADDR`` and
-    ``MASTER_PORT`` are exported so that every task joins the same rendezvous.
+    Each task reads its ranks from ``SLURM_*`` (the ``slurm`` source) and inherits srun's whole
+    environment (``--export=ALL``), where :func:`rendezvous_environ` puts ``MASTER_ADDR`` and
+    ``MASTER_PORT``: no value is ever written into ``--export``'s comma-separated syntax, where
+    an address such as ``x,LD_PRELOAD=libevil.so`` would add a variable of its own.
 
     Returns:
-        e.g. ``["--nodes=2", "--ntasks-per-node=8", "--distribution=block",
-        "--export=ALL,MASTER_ADDR=gpu-01,MASTER_PORT=19567"]``.
+        e.g. ``["--nodes=2", "--ntasks-per-node=8", "--distribution=block", "--export=ALL"]``.
     """
     nproc = _nproc(config, nproc_per_node)
     return [
         f"--nodes={config.num_nodes}",
         f"--ntasks-per-node={nproc}",
         "--distribution=block",
-        f"--export=ALL,MASTER_ADDR={config.primary_addr},MASTER_PORT={config.primary_port}",
+        "--export=ALL",
     ]
+
+
+def rendezvous_environ(config: ClusterConfig) -> dict[str, str]:
+    """The variables every rank of an ``srun`` or ``mpirun`` job gets from the launcher's
+    environment, e.g. ``{"MASTER_ADDR": "10.65.0.2", "MASTER_PORT": "29500"}``."""
+    return {"MASTER_ADDR": config.primary_addr, "MASTER_PORT": str(config.primary_port)}
 
 
 def mpirun_args(
@@ -254,7 +262,9 @@ def mpirun_args(
     """Open MPI ``mpirun`` arguments: ``nproc_per_node`` ranks on each node, in blocks.
 
     Open MPI passes no variable it is not told to, so ``MASTER_ADDR``, ``MASTER_PORT`` and the
-    names in ``forward`` (the NCCL/Gloo plan's) are exported with ``-x``.
+    names in ``forward`` (the NCCL/Gloo plan's) are exported with ``-x NAME``: each rank gets
+    the value from ``mpirun``'s environment (:func:`rendezvous_environ`), never from text on
+    the command line.
 
     Args:
         config: The cluster contract.
@@ -268,7 +278,7 @@ def mpirun_args(
 
     Returns:
         e.g. ``["-np", "16", "--map-by", "ppr:8:node", "--hostfile", "hosts", "-x",
-        "MASTER_ADDR=10.65.0.2", "-x", "MASTER_PORT=29500"]``.
+        "MASTER_ADDR", "-x", "MASTER_PORT"]``.
     """
     nproc = _nproc(config, nproc_per_node)
     args = ["-np", str(config.num_nodes * nproc), "--map-by", f"ppr:{nproc}:node"]
@@ -280,8 +290,7 @@ def mpirun_args(
                 f"{config.primary_addr} first); only you know the other nodes' addresses"
             )
         args += ["--hostfile", os.fspath(hostfile)]
-    args += ["-x", f"MASTER_ADDR={config.primary_addr}", "-x",
-             f"MASTER_PORT={config.primary_port}"]
+    args += ["-x", "MASTER_ADDR", "-x", "MASTER_PORT"]
     for name in forward:
         args += ["-x", name]
     return args
@@ -401,6 +410,9 @@ class LaunchPlan:
             gets (after the plan) and the launch's own (``launch-nproc-exceeds-gpus``,
             ``launch-torchrun-missing``, …). An error among them makes :attr:`refused` true.
         environ: The complete environment the command gets (not printed: it may hold secrets).
+        rendezvous: What the launch puts in that environment for ``srun`` and ``mpirun`` to
+            hand every rank (:func:`rendezvous_environ`); empty for torchrun, which gets the
+            rendezvous as arguments.
     """
 
     config: ClusterConfig
@@ -408,11 +420,12 @@ class LaunchPlan:
     nccl: NcclPlan
     findings: tuple[Finding, ...]
     environ: Mapping[str, str] = field(repr=False)
+    rendezvous: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def changes(self) -> dict[str, str]:
         """The variables the launch adds or replaces, e.g. ``{"GLOO_SOCKET_IFNAME": "ens1"}``."""
-        return self.nccl.env
+        return {**self.nccl.env, **self.rendezvous}
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -510,7 +523,9 @@ def plan_launch(
                 *command)
     else:
         raise LaunchError(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
-    return LaunchPlan(config, tuple(argv), nccl, tuple(dict.fromkeys(findings)), launch_env)
+    rendezvous = rendezvous_environ(config) if launcher in ("srun", "mpirun") else {}
+    return LaunchPlan(config, tuple(argv), nccl, tuple(dict.fromkeys(findings)),
+                      {**launch_env, **rendezvous}, rendezvous)
 
 
 #: doctor's codes that launch itself takes care of: it is the launcher, and its rendezvous is

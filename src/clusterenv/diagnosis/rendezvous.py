@@ -170,6 +170,18 @@ def _judge_primary_ip(
     ``"PRIMARY_ADDR=node-0 (resolves to 172.20.0.10)"``."""
     cluster = facts.cluster_interface
     given = (f"{variable}={facts.environ.get(variable, '')!r}", *resolved)
+    zone = ip.scope_id if isinstance(ip, ipaddress.IPv6Address) else None
+    if zone and facts.network.get(zone) is None and not zone.isdigit():
+        return [Finding.of(
+            "primary-zone-unknown",
+            f"{shown} names the zone {zone!r}, and this node has no interface of that name: "
+            "the address cannot be resolved, so binding and connecting to it fail ('Name or "
+            "service not known')",
+            (*given, f"interfaces here: {', '.join(facts.network.names) or 'none'}"),
+            f"use the primary's routable address on the cluster network for {variable}, or a "
+            f"zone that names this node's cluster interface "
+            f"({export(variable, Placeholder('<address>%<interface>'))})",
+        )]
     if facts.runpod and runpod.is_management(address=str(ip)):
         return [Finding.of(
             "primary-addr-management",
