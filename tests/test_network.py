@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterenv._addresses import _parse_netifaces, _prefix_length, parse_address, parse_ip
+from clusterenv._addresses import _parse_netifaces, _prefix_length, parse_address
 from clusterenv._routes import _parse_ipv6_route, _parse_route
 from clusterenv.config import ClusterConfig
 from clusterenv.errors import DiscoveryError
@@ -421,11 +421,9 @@ def test_parse_netifaces_entry() -> None:
     assert _parse_netifaces({2: [{"addr": "10.0.0.1"}]}) == ["10.0.0.1/32"]
 
 
-def test_parse_address_and_ip() -> None:
+def test_parse_address() -> None:
     assert parse_address("fe80::1%eth0/64") == ipaddress.IPv6Interface("fe80::1/64")
     assert parse_address("10.0.0.1/33") is None and parse_address(["x"]) is None
-    assert parse_ip("fe80::1%ens1") == (ipaddress.IPv6Address("fe80::1"), "ens1")
-    assert parse_ip("[fd00::2]") == (ipaddress.IPv6Address("fd00::2"), None)
 
 
 # -- garbled sysfs never crashes detection -------------------------------------------------------

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clusterenv._jsonable import json_fields
 from clusterenv._root import as_root
+from clusterenv._values import format_host_port, is_loopback_host
 from clusterenv.errors import ConfigError, ConfigProblem
 from clusterenv.findings import Finding
 from clusterenv.sources import (
@@ -28,7 +29,7 @@ from clusterenv.sources import (
     outer_facts,
     source_named,
 )
-from clusterenv.sources._base import EnvReader, format_host_port, is_loopback_host
+from clusterenv.sources._base import EnvReader
 
 __all__ = ["SOURCE_VARIABLE", "ClusterConfig", "ConfigCheck", "ProcessContext", "check_config"]
 

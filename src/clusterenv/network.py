@@ -19,10 +19,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from clusterenv._addresses import IPAddress, IPInterface, address_map, parse_address, parse_ip
+from clusterenv._addresses import IPInterface, address_map, parse_address
 from clusterenv._jsonable import json_fields
 from clusterenv._root import Root, as_root, natural_key
 from clusterenv._routes import route_interface
+from clusterenv._values import IPAddress, parse_decimal, split_zone
 
 __all__ = [
     "ARPHRD_INFINIBAND",
@@ -39,7 +40,6 @@ ARPHRD_LOOPBACK = 772
 _IFF_UP = 0x1
 # The kernel reports SPEED_UNKNOWN as -1; some drivers leak it as the unsigned 32-bit value.
 _SPEED_UNKNOWN = (1 << 32) - 1
-_INT = re.compile(r"-?[0-9]{1,19}")
 _MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2})*")
 
 class ConfigAddresses(Protocol):
@@ -211,7 +211,7 @@ class NetworkInterfaces:
         Raises:
             ValueError: When ``ip`` is not an IP address.
         """
-        address, zone = parse_ip(ip)
+        address, zone = _ip_or_raise(ip)
         owners = [
             i for i in self.interfaces if i.holds(address) and (zone is None or i.name == zone)
         ]
@@ -225,7 +225,7 @@ class NetworkInterfaces:
         Raises:
             ValueError: When ``ip`` is not an IP address.
         """
-        address, zone = parse_ip(ip)
+        address, zone = _ip_or_raise(ip)
         matches: list[tuple[int, Interface]] = []
         for interface in self.interfaces:
             if zone is not None and interface.name != zone:
@@ -284,7 +284,7 @@ class NetworkInterfaces:
         if multi:
             candidates = tuple(i for i in candidates if not i.is_loopback)
         if candidates:
-            address, _ = parse_ip(primary)
+            address, _ = _ip_or_raise(primary)
             ranked = sorted(candidates, key=lambda i: (not i.holds(address), not i.is_up))
             chosen = ranked[0]
             held = "holds" if chosen.holds(address) else "is on the subnet of"
@@ -311,14 +311,20 @@ class NetworkInterfaces:
         return json_fields(self)
 
 
+def _ip_or_raise(ip: str | IPAddress) -> tuple[IPAddress, str | None]:
+    """:func:`~clusterenv._values.split_zone`, raising for what the public methods refuse."""
+    split = split_zone(ip)
+    if split is None:
+        raise ValueError(f"{ip!r} is not an IP address: expected e.g. '10.65.0.2' or 'fd00::2'")
+    return split
+
+
 # -- reading sysfs --------------------------------------------------------------------------
 
 
 def _parse_int(text: str | None) -> int | None:
-    """A decimal integer attribute (``mtu``, ``type``), or None."""
-    if text is None or not _INT.fullmatch(text.strip()):
-        return None
-    return int(text)
+    """A non-negative decimal attribute (``mtu``, ``type``, ``speed``), or None."""
+    return parse_decimal(text, max_digits=19)
 
 
 def _parse_hex(text: str | None) -> int | None:

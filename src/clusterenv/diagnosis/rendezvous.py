@@ -12,11 +12,11 @@ import ipaddress
 from clusterenv._facts import Facts
 from clusterenv._resolve import Resolution
 from clusterenv._shell import Placeholder, command, export, prose
+from clusterenv._values import is_loopback_host, parse_host, split_host_port
 from clusterenv.findings import Finding
 from clusterenv.nccl.interface import primary_variable
 from clusterenv.network import route_interface
 from clusterenv.sources import runpod
-from clusterenv.sources._base import is_loopback_host, parse_host, split_host_port
 
 __all__ = ["FRAMEWORK_HOST_IPS", "rendezvous_checks"]
 

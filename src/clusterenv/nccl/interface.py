@@ -27,7 +27,7 @@ from clusterenv.findings import Finding
 from clusterenv.network import primary_variable as network_primary_variable
 
 if TYPE_CHECKING:
-    from clusterenv._addresses import IPAddress
+    from clusterenv._values import IPAddress
 
 __all__ = [
     "SOCKET_FAMILIES",

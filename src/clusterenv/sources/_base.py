@@ -8,8 +8,6 @@ all, and so that ``doctor`` can show them as findings.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +15,7 @@ from typing import Any, ClassVar
 
 from clusterenv._root import Root
 from clusterenv._shell import export
+from clusterenv._values import parse_decimal, parse_host, parse_ip
 from clusterenv.errors import ConfigProblem
 from clusterenv.findings import Finding
 
@@ -26,24 +25,11 @@ __all__ = [
     "NodeFacts",
     "Reading",
     "Source",
-    "format_host_port",
-    "is_loopback_host",
-    "parse_host",
     "plain_int",
-    "split_host_port",
 ]
 
 #: torchrun's default rendezvous port, used where a source has no port of its own.
 DEFAULT_PORT = 29500
-
-_DECIMAL = re.compile(r"[0-9]+")
-# A DNS name as RFC 1123 allows it; anything else that is not an IP address is refused.
-_HOSTNAME = re.compile(
-    r"(?=.{1,253}\Z)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?"
-)
-# An IPv6 zone: an interface name as plain as Linux allows (IFNAMSIZ - 1 bytes), or an index.
-_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
-_MAX_DIGITS = 9  # ranks, counts and ports never need more; longer values are refused early
 
 
 @dataclass
@@ -166,7 +152,8 @@ class EnvReader:
     ) -> int | None:
         """Parse ``value`` of variable ``name`` as a decimal integer within bounds."""
         text = value.strip()
-        if not _DECIMAL.fullmatch(text) or not text.isascii():
+        number = parse_decimal(text)
+        if number is None and not (text.isascii() and text.isdigit()):
             kind = "a non-negative" if minimum <= 0 else "a positive"
             self.problem(
                 (name,),
@@ -175,7 +162,7 @@ class EnvReader:
                 "config-not-integer",
             )
             return None
-        if len(text.lstrip("0")) > _MAX_DIGITS:
+        if number is None:
             self.problem(
                 (name,),
                 f"{name}={value!r}: too large for {what}",
@@ -183,7 +170,6 @@ class EnvReader:
                 "config-out-of-range",
             )
             return None
-        number = int(text)
         if number < minimum or (maximum is not None and number > maximum):
             bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
             self.problem(
@@ -229,19 +215,16 @@ class EnvReader:
         if found is None:
             return None
         value = found[1]
-        text = value.strip()
-        if text.startswith("[") and text.endswith("]"):
-            text = text[1:-1]
-        try:
-            return str(ipaddress.ip_address(text))
-        except ValueError:
-            self.problem(
-                (name,),
-                f"{name}={value!r} is not an IP address ({what})",
-                self.fix(name, rejected=value),
-                "config-bad-address",
-            )
-            return None
+        host = parse_host(value)
+        if host is not None and parse_ip(host) is not None:
+            return host
+        self.problem(
+            (name,),
+            f"{name}={value!r} is not an IP address ({what})",
+            self.fix(name, rejected=value),
+            "config-bad-address",
+        )
+        return None
 
     def any_set(self, *names: str) -> bool:
         """Whether any of ``names`` is set (non-empty), valid or not."""
@@ -255,66 +238,8 @@ def _same_value(a: str, b: str) -> bool:
     ha, hb = parse_host(a), parse_host(b)
     if ha is not None and ha == hb:
         return True
-    a_num, b_num = a.strip(), b.strip()
-    return bool(
-        _DECIMAL.fullmatch(a_num) and _DECIMAL.fullmatch(b_num) and int(a_num) == int(b_num)
-    )
-
-
-def parse_host(value: str) -> str | None:
-    """Normalise a host: an IP address (brackets removed, canonical form) or a DNS name.
-
-    An IPv6 zone (``fe80::1%ens1``) must look like an interface name (up to 15 letters, digits,
-    ``.``, ``_``, ``-``): Python accepts any text after ``%``, and a zone such as
-    ``x,LD_PRELOAD=libevil.so`` would otherwise ride into another tool's option syntax.
-
-    Returns None when ``value`` is neither.
-    """
-    text = value.strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    _, percent, zone = text.partition("%")
-    if percent and not _ZONE.fullmatch(zone):
-        return None
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        pass
-    if text.isascii() and _HOSTNAME.fullmatch(text) and not text.replace(".", "").isdigit():
-        return text.rstrip(".").lower()
-    return None
-
-
-def split_host_port(value: str) -> tuple[str, int] | None:
-    """Split ``"10.65.0.2:29500"`` or ``"[fd00::2]:29500"`` into host and port; None if garbled."""
-    text = value.strip()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0 or not text[end + 1 :].startswith(":"):
-            return None
-        host_part, port_part = text[1:end], text[end + 2 :]
-    else:
-        host_part, sep, port_part = text.rpartition(":")
-        if not sep or ":" in host_part:
-            return None
-    host = parse_host(host_part)
-    if host is None or not _DECIMAL.fullmatch(port_part) or len(port_part) > 5:
-        return None
-    return host, int(port_part)
-
-
-def format_host_port(host: str, port: int) -> str:
-    """``host:port``, with IPv6 addresses in brackets (``[fd00::2]:29500``)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether a host is loopback without asking a resolver (``localhost``, 127/8, ``::1``)."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        name = host.lower().rstrip(".")
-        return name in {"localhost", "ip6-localhost", "ip6-loopback"} or name.endswith(".localhost")
+    a_num, b_num = parse_decimal(a), parse_decimal(b)
+    return a_num is not None and a_num == b_num
 
 
 @dataclass(frozen=True)
@@ -335,9 +260,9 @@ def plain_int(environ: Mapping[str, str], *names: str) -> tuple[str, int] | None
     """The first of ``names`` holding a plain decimal integer, as ``(name, value)``; never
     records a problem (for evidence, not for the values a source is built from)."""
     for name in names:
-        text = (environ.get(name) or "").strip()
-        if text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS:
-            return name, int(text)
+        number = parse_decimal(environ.get(name))
+        if number is not None:
+            return name, number
     return None
 
 

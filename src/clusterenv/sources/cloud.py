@@ -24,13 +24,12 @@ from typing import Any, ClassVar
 
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
+from clusterenv._values import parse_host, split_host_port
 from clusterenv.sources._base import (
     DEFAULT_PORT,
     EnvReader,
     Reading,
     Source,
-    parse_host,
-    split_host_port,
 )
 from clusterenv.sources._node import gpus_or_visible
 

@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
+from clusterenv._values import split_host_port
 from clusterenv.sources._base import (
     EnvReader,
     NodeFacts,
     Reading,
     Source,
     plain_int,
-    split_host_port,
 )
 from clusterenv.sources._node import nproc_per_node
 

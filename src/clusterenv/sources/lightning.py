@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import EnvReader, Reading, Source, is_loopback_host
+from clusterenv._values import is_loopback_host
+from clusterenv.sources._base import EnvReader, Reading, Source
 from clusterenv.sources._process import finish_worker
 
 __all__ = ["LightningSource"]

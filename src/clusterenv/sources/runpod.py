@@ -19,15 +19,13 @@ from typing import ClassVar
 
 from clusterenv._root import Root
 from clusterenv._shell import export
+from clusterenv._values import format_host_port, parse_host, split_host_port
 from clusterenv.sources._base import (
     EnvReader,
     NodeFacts,
     Reading,
     Source,
-    format_host_port,
-    parse_host,
     plain_int,
-    split_host_port,
 )
 
 __all__ = [

@@ -28,13 +28,13 @@ from typing import ClassVar
 
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
+from clusterenv._values import parse_host
 from clusterenv.sources._base import (
     DEFAULT_PORT,
     EnvReader,
     NodeFacts,
     Reading,
     Source,
-    parse_host,
     plain_int,
 )
 from clusterenv.sources._process import finish_worker

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import EnvReader, Reading, Source, is_loopback_host, parse_host
+from clusterenv._values import is_loopback_host, parse_decimal, parse_host
+from clusterenv.sources._base import EnvReader, Reading, Source
 from clusterenv.sources._process import Named
 from clusterenv.sources.torchelastic import read_env_worker
 
@@ -37,8 +38,9 @@ def _has_full_set(environ: Mapping[str, str]) -> bool:
 
 def _derived_local_world(environ: Mapping[str, str], node_rank: str | None) -> Named | None:
     """``LOCAL_WORLD_SIZE`` from values that prove it, or None."""
-    rank, local, world = (_digits(environ.get(n)) for n in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-    node = _digits(environ.get(node_rank)) if node_rank else None
+    rank, local, world = (parse_decimal(environ.get(n))
+                          for n in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    node = parse_decimal(environ.get(node_rank)) if node_rank else None
     if rank is not None and local is not None and node and rank >= local:
         span, rest = divmod(rank - local, node)
         if not rest and span > 0:
@@ -52,11 +54,6 @@ def _derived_local_world(environ: Mapping[str, str], node_rank: str | None) -> N
     if world is not None and world > 0 and master is not None and is_loopback_host(master):
         return "WORLD_SIZE (MASTER_ADDR is loopback: one machine)", world
     return None
-
-
-def _digits(value: str | None) -> int | None:
-    text = (value or "").strip()
-    return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
 
 
 class WorkerSource(Source):
