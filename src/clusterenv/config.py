@@ -260,18 +260,19 @@ def check_config(
         )
         values = {SOURCE_VARIABLE: named} if variables else {}
         return ConfigCheck(str(named), None, (problem,), (), values)
-    reading = chosen.read(env, as_root(root))
+    outer = None
+    if chosen.level == "process":  # the node-level evidence around a worker
+        outer = forced_node.node_facts(env) if forced_node is not None else None
+        if outer is None:
+            outer = outer_facts(env, exclude=chosen.name)
+    reading = chosen.read(env, as_root(root), outer=outer)
     _validate_common(env, reading)
     config = None
     notes = list(reading.notes)
     if not reading.problems:
         config = _build(chosen.name, reason, reading)
-    if config is not None and chosen.level == "process":
-        facts = forced_node.node_facts(env) if forced_node is not None else None
-        if facts is None:
-            facts = outer_facts(env, exclude=chosen.name)
-        if facts is not None:
-            notes.extend(_cross_check(chosen, config, facts))
+    if config is not None and outer is not None:
+        notes.extend(_cross_check(chosen, config, outer))
     mentioned = {name for p in reading.problems for name in p.variables}
     values = {name: env[name] for name in sorted(mentioned) if name in env}
     return ConfigCheck(

@@ -6,11 +6,11 @@ Public through :mod:`clusterenv.filters`. Pure: callers pass the names to match 
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
+from clusterenv._values import IPAddress, parse_ip
 from clusterenv.filters.language import (
     IB_HCA,
     MAX_TOKENS,
@@ -213,18 +213,19 @@ def _summary(items: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
-def _as_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def _as_ip(text: str) -> IPAddress | None:
+    """The IP address a filter token spells, also as ``address:port`` or ``address/prefix``
+    (what people write where NCCL expects interface names)."""
     candidate = text.strip().strip("[]").split("%", 1)[0]
     for attempt in (candidate, candidate.split(":", 1)[0], candidate.rsplit("/", 1)[0]):
-        try:
-            return ipaddress.ip_address(attempt)
-        except ValueError:
-            continue
+        address = parse_ip(attempt)
+        if address is not None:
+            return address
     return None
 
 
 def _owner_of(
-    ip: ipaddress.IPv4Address | ipaddress.IPv6Address, owner: Mapping[str, str] | None
+    ip: IPAddress, owner: Mapping[str, str] | None
 ) -> str | None:
     for key, name in (owner or {}).items():
         if _as_ip(key) == ip:

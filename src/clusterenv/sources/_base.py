@@ -287,8 +287,17 @@ class Source(ABC):
         """Whether this environment looks like this source (never raises)."""
 
     @abstractmethod
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
-        """Read the config fields, collecting every problem instead of raising."""
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
+        """Read the config fields, collecting every problem instead of raising.
+
+        Args:
+            environ: The variables.
+            root: The host, for the few sources that count visible GPUs.
+            outer: What the node-level source around a worker says about its node (the
+                caller finds it), e.g. the node count a Lightning child cannot know itself.
+        """
 
     def reason(self, environ: Mapping[str, str]) -> str:
         """Why it matched, e.g. ``"TORCHELASTIC_RUN_ID is set"`` (for ``show`` and ``doctor``)."""

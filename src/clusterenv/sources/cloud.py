@@ -28,6 +28,7 @@ from clusterenv._values import parse_host, split_host_port
 from clusterenv.sources._base import (
     DEFAULT_PORT,
     EnvReader,
+    NodeFacts,
     Reading,
     Source,
 )
@@ -62,7 +63,9 @@ class SageMakerSource(Source):
         """``SM_HOSTS`` and ``SM_CURRENT_HOST`` are set."""
         return all(environ.get(n) for n in self.markers)
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the host list and this host's place in it."""
         reading = Reading()
         env = EnvReader(environ, reading)
@@ -121,7 +124,9 @@ class VertexSource(Source):
         """``CLUSTER_SPEC`` is set."""
         return bool(environ.get("CLUSTER_SPEC"))
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the worker pools and this replica's task."""
         reading = Reading()
         env = EnvReader(environ, reading)
@@ -180,7 +185,9 @@ class PaiDlcSource(Source):
         """Never detected: its names mean processes in every other source."""
         return False
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read PAI-DLC's node-level names."""
         reading = Reading()
         env = EnvReader(environ, reading)

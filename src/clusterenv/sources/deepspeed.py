@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import EnvReader, Reading, Source
+from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named, finish_worker
 
 __all__ = ["DeepSpeedSource"]
@@ -44,7 +44,9 @@ class DeepSpeedSource(Source):
             and any(environ.get(n) for n in _DEEPSPEED)
         )
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the worker's variables under DeepSpeed's names."""
         reading = Reading()
         env = EnvReader(environ, reading)

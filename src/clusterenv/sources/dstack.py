@@ -43,7 +43,9 @@ class DstackSource(Source):
             primary=("DSTACK_MASTER_NODE_IP", master) if master else None,
         )
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read dstack's variables."""
         reading = Reading()
         env = EnvReader(environ, reading)

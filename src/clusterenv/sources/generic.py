@@ -52,7 +52,9 @@ class GenericSource(Source):
             return None
         return facts
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the generic variables, deriving what is missing."""
         reading = Reading()
         env = EnvReader(environ, reading)

@@ -52,7 +52,9 @@ class KubeflowSource(Source):
             per_node=plain_int(environ, "PET_NPROC_PER_NODE"),
         )
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the pod's ``PET_*`` (and v1's duplicates, which must agree)."""
         reading = Reading()
         env = EnvReader(environ, reading)

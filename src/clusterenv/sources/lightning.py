@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from clusterenv._root import Root
 from clusterenv._values import is_loopback_host
-from clusterenv.sources._base import EnvReader, Reading, Source
+from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import finish_worker
 
 __all__ = ["LightningSource"]
@@ -50,10 +50,10 @@ class LightningSource(Source):
         """Which variables matched, and that ``RANK`` is missing."""
         return "LOCAL_RANK, NODE_RANK and WORLD_SIZE are set, RANK is not"
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
-        """Read the child's variables; the node count from loopback or outer evidence."""
-        from clusterenv.sources import outer_facts  # noqa: PLC0415  # the registry imports us
-
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
+        """Read the child's variables; the node count from loopback or ``outer`` evidence."""
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
@@ -87,10 +87,8 @@ class LightningSource(Source):
         nodes: tuple[str, int] | None = None
         if primary is not None and is_loopback_host(primary):
             nodes = ("MASTER_ADDR (loopback: one machine)", 1)
-        else:
-            facts = outer_facts(environ, exclude=self.name)
-            if facts is not None and facts.num_nodes is not None:
-                nodes = facts.num_nodes
+        elif outer is not None and outer.num_nodes is not None:
+            nodes = outer.num_nodes
         if nodes is None:
             if primary is not None:
                 env.problem(

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import DEFAULT_PORT, EnvReader, Reading, Source
+from clusterenv.sources._base import DEFAULT_PORT, EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named, finish_worker
 from clusterenv.sources.local import LOCAL_PRIMARY
 from clusterenv.sources.slurm import slurm_primary, slurm_tasks_per_node
@@ -68,7 +68,9 @@ class MpiSource(Source):
             return "forced"
         return f"{family[1]} and {family[2]} are set ({family[0]})"
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the rank; derive the node index and count; find a rendezvous."""
         reading = Reading()
         env = EnvReader(environ, reading)

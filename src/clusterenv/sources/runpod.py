@@ -91,7 +91,9 @@ class RunpodSource(Source):
             primary=None if primary is None else ("PRIMARY_ADDR", primary),
         )
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the Runpod contract; every variable is required except the two derived ones."""
         reading = Reading()
         env = EnvReader(environ, reading)

@@ -44,7 +44,9 @@ class SkyPilotSource(Source):
             primary=("SKYPILOT_NODE_IPS (first line)", ips[0]) if ips else None,
         )
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read SkyPilot's variables."""
         reading = Reading()
         env = EnvReader(environ, reading)

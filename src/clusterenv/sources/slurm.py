@@ -125,7 +125,9 @@ class SlurmSource(Source):
         nodes = plain_int(environ, *_NODES)
         return None if nodes is None else NodeFacts(self.name, num_nodes=nodes)
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the task; a process context when the step runs several tasks per node."""
         reading = Reading()
         env = EnvReader(environ, reading)

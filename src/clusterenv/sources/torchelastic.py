@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import EnvReader, Reading, Source
+from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named, finish_worker
 
 __all__ = ["TorchElasticSource", "read_env_worker"]
@@ -33,7 +33,9 @@ class TorchElasticSource(Source):
         """torchrun's run id is present (any value, ``none`` included)."""
         return "TORCHELASTIC_RUN_ID" in environ
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the worker's process-group variables."""
         reading = Reading()
         env = EnvReader(environ, reading)

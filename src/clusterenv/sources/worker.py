@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from clusterenv._root import Root
 from clusterenv._values import is_loopback_host, parse_decimal, parse_host
-from clusterenv.sources._base import EnvReader, Reading, Source
+from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named
 from clusterenv.sources.torchelastic import read_env_worker
 
@@ -72,7 +72,9 @@ class WorkerSource(Source):
         forgot ``WORLD_SIZE`` (then reported missing, as torch's ``env://`` would fail)."""
         return bool(environ.get("RANK")) and bool(environ.get("LOCAL_RANK"))
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the ``env://`` variables, and the launcher's own node index where it has one."""
         reading = Reading()
         env = EnvReader(environ, reading)
