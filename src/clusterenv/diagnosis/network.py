@@ -16,6 +16,7 @@ from clusterenv._facts import Facts
 from clusterenv._resolve import Resolution
 from clusterenv._shell import Placeholder, code, command, export, prose
 from clusterenv.findings import Finding, Severity
+from clusterenv.nccl.bootstrap import NcclBootstrap
 from clusterenv.nccl.interface import (
     bootstrap_unpredictable,
     nccl_default_choice,
@@ -28,7 +29,7 @@ from clusterenv.sources import runpod
 __all__ = ["GlooBinding", "gloo_binding", "network_checks"]
 
 
-def _socket_unset(facts: Facts) -> list[Finding]:
+def _socket_unset(facts: Facts, bootstrap_report: NcclBootstrap | None) -> list[Finding]:
     """FM-01 / FM-15: NCCL_SOCKET_IFNAME unset, and NCCL's own choice is not the cluster NIC.
 
     An error when NCCL would bootstrap over an interface that must not carry cluster traffic
@@ -39,7 +40,7 @@ def _socket_unset(facts: Facts) -> list[Finding]:
     if facts.user_value("NCCL_SOCKET_IFNAME") is not None:
         return []
     chosen = nccl_default_choice(facts)
-    asked = facts.bootstrap.current if facts.bootstrap is not None else None
+    asked = bootstrap_report.current if bootstrap_report is not None else None
     bootstrap: str | None = chosen[0] if chosen else None
     if asked is not None and asked.asked:  # NCCL's own answer wins over our model
         bootstrap = asked.interface
@@ -213,8 +214,10 @@ def _cluster_interface_state(facts: Facts) -> list[Finding]:
     )]
 
 
-def network_checks(facts: Facts) -> list[Finding]:
-    """Doctor's socket checks of the environment as it is (before any plan is applied)."""
+def network_checks(facts: Facts, bootstrap: NcclBootstrap | None = None) -> list[Finding]:
+    """Doctor's socket checks of the environment as it is (before any plan is applied);
+    ``bootstrap`` is NCCL's own answer where it was asked."""
     if not facts.multi_node:
         return []
-    return [*_cluster_interface_state(facts), *_socket_unset(facts), *_gloo_unset(facts)]
+    return [*_cluster_interface_state(facts), *_socket_unset(facts, bootstrap),
+            *_gloo_unset(facts)]

@@ -12,7 +12,7 @@ from collections import Counter
 
 from clusterenv._facts import Facts
 from clusterenv._shell import code, command, prose
-from clusterenv.findings import Finding
+from clusterenv.findings import Code, Finding
 from clusterenv.nccl.hca import (
     management_netdev,
     nccl_ports,
@@ -140,7 +140,9 @@ def _gpudirect(facts: Facts) -> list[Finding]:
     return []
 
 
-_STATE_CODES = {"INIT": "rdma-port-init", "DOWN": "rdma-port-down", "ARMED": "rdma-port-armed"}
+_STATE_CODES: dict[str, Code] = {
+    "INIT": "rdma-port-init", "DOWN": "rdma-port-down", "ARMED": "rdma-port-armed",
+}
 
 
 def port_state_cause(device: RdmaDevice, port: RdmaPort) -> tuple[str, str]:

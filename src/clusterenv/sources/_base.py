@@ -17,7 +17,7 @@ from clusterenv._root import Root
 from clusterenv._shell import export
 from clusterenv._values import parse_decimal, parse_host, parse_ip
 from clusterenv.errors import ConfigProblem
-from clusterenv.findings import Finding
+from clusterenv.findings import Code, Finding
 
 __all__ = [
     "DEFAULT_PORT",
@@ -51,7 +51,7 @@ class EnvReader:
         self.reading = reading
 
     def problem(
-        self, variables: tuple[str, ...], message: str, fix: str = "", code: str = "config-invalid"
+        self, variables: tuple[str, ...], message: str, fix: str = "", code: Code = "config-invalid"
     ) -> None:
         """Record a problem."""
         self.reading.problems.append(ConfigProblem(variables, message, fix, code))
