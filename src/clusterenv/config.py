@@ -68,6 +68,9 @@ class ClusterConfig(BaseModel):
         source_reason: Why it matched, e.g. ``"TORCHELASTIC_RUN_ID is set"``.
         primary_addr: Rendezvous address as given (brackets removed), e.g. ``"10.65.0.2"``.
         primary_port: Rendezvous port, e.g. ``29500``.
+        primary_variable: The variable the rendezvous address was read from, e.g.
+            ``"PRIMARY_ADDR"`` on Runpod; ``"MASTER_ADDR"`` when the source derived it (the
+            variable every launcher reads, and the one to set to change it).
         node_addr: This node's cluster IP, e.g. ``"10.65.0.3"``; None when the source has none.
         node_rank: This node's index, ``0`` on the primary.
         num_nodes: Number of nodes, e.g. ``2``.
@@ -84,6 +87,10 @@ class ClusterConfig(BaseModel):
     )
     primary_addr: str = Field(description="Rendezvous address, e.g. '10.65.0.2'.")
     primary_port: int = Field(ge=1, le=65535, description="Rendezvous port, e.g. 29500.")
+    primary_variable: str = Field(
+        default="MASTER_ADDR",
+        description="The variable the rendezvous address was read from, e.g. 'PRIMARY_ADDR'.",
+    )
     node_addr: str | None = Field(default=None, description="This node's cluster IP.")
     node_rank: int = Field(ge=0, description="This node's index, 0 on the primary.")
     num_nodes: int = Field(ge=1, description="Number of nodes, e.g. 2.")
@@ -413,7 +420,7 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
         and nodes > 1
         and is_loopback_host(primary)
     ):
-        names = ("PRIMARY_ADDR", "MASTER_ADDR") if environ.get("PRIMARY_ADDR") else ("MASTER_ADDR",)
+        names = reading.primary_variables or ("MASTER_ADDR",)
         env.problem(
             names,
             f"{'/'.join(names)}={primary} is a loopback address but NUM_NODES={nodes}: other nodes "
@@ -440,6 +447,8 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
 
 def _build(source: str, reason: str, reading: Reading) -> ClusterConfig | None:
     data: dict[str, Any] = {"source": source, "source_reason": reason, **reading.fields}
+    if reading.primary_variables:
+        data["primary_variable"] = reading.primary_variables[0]
     try:
         return ClusterConfig.model_validate(data)
     except ValidationError as e:  # a rule above missed something: still report, never leak

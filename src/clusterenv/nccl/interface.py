@@ -24,7 +24,6 @@ from clusterenv.filters import (
     render_exact,
 )
 from clusterenv.findings import Finding
-from clusterenv.network import primary_variable as network_primary_variable
 
 if TYPE_CHECKING:
     from clusterenv._values import IPAddress
@@ -45,9 +44,9 @@ _SOCKET_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNA
 
 
 def primary_variable(facts: Facts) -> str:
-    """The variable a message names for the rendezvous address (:func:`network.primary_variable
-    <clusterenv.network.primary_variable>` on these facts)."""
-    return network_primary_variable(facts.source, facts.environ)
+    """The variable the rendezvous address was read from (``ClusterConfig.primary_variable``),
+    e.g. ``"PRIMARY_ADDR"``; ``"MASTER_ADDR"`` when the contract is invalid."""
+    return facts.config.primary_variable if facts.config is not None else "MASTER_ADDR"
 
 
 def usable_cluster_interface(facts: Facts) -> str | None:

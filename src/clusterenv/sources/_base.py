@@ -41,6 +41,10 @@ class Reading:
     notes: list[Finding] = field(default_factory=list)
     #: Values as given, for checks that compare spellings (``HOST_NODE_ADDR``).
     raw: dict[str, str] = field(default_factory=dict)
+    #: The variables the rendezvous address was read from, the one used first, e.g.
+    #: ``("PRIMARY_ADDR", "MASTER_ADDR")``; empty when the source derived it (a Slurm node
+    #: list, an MPI host list).
+    primary_variables: tuple[str, ...] = ()
 
 
 class EnvReader:
@@ -196,9 +200,9 @@ class EnvReader:
     def host(self, *names: str, required: bool, what: str, example: str) -> str | None:
         """Read a host: an IP address (IPv6 with or without brackets) or a DNS name."""
         found = self.aliased(*names, required=required, what=what, example=example)
-        if found is None:
-            return None
-        name, value = found
+        return None if found is None else self._host(*found, what=what)
+
+    def _host(self, name: str, value: str, *, what: str) -> str | None:
         host = parse_host(value)
         if host is None:
             self.problem(
@@ -208,6 +212,14 @@ class EnvReader:
                 "config-bad-address",
             )
         return host
+
+    def primary(self, *names: str, required: bool, what: str, example: str) -> str | None:
+        """Read the rendezvous address (:meth:`host`), noting which variable held it."""
+        found = self.aliased(*names, required=required, what=what, example=example)
+        if found is None:
+            return None
+        self.reading.primary_variables = tuple(n for n in names if self.get(n) is not None)
+        return self._host(*found, what=what)
 
     def ip(self, name: str, *, required: bool, what: str, example: str) -> str | None:
         """Read a variable that must be an IP address (``NODE_ADDR``)."""

@@ -80,7 +80,7 @@ class SageMakerSource(Source):
                         "of host names", "let SageMaker set it", "config-invalid")
             hosts = None
         if env.any_set("SM_MASTER_ADDR"):
-            fields["primary_addr"] = env.host("SM_MASTER_ADDR", required=True,
+            fields["primary_addr"] = env.primary("SM_MASTER_ADDR", required=True,
                                               what="the master host", example="<algo-1>")
             fields["node_rank"] = env.integer(
                 "SM_CURRENT_HOST_RANK", required=True, what="this host's rank",
@@ -192,7 +192,7 @@ class PaiDlcSource(Source):
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        fields["primary_addr"] = env.host("MASTER_ADDR", required=True,
+        fields["primary_addr"] = env.primary("MASTER_ADDR", required=True,
                                           what="the master node's service name",
                                           example="<the master's address>")
         fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)

@@ -51,7 +51,7 @@ class DeepSpeedSource(Source):
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        fields["primary_addr"] = env.host(
+        fields["primary_addr"] = env.primary(
             "MASTER_ADDR",
             required=True,
             what="the rendezvous address the deepspeed launcher gave this process",

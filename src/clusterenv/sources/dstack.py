@@ -50,7 +50,7 @@ class DstackSource(Source):
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        fields["primary_addr"] = env.host(
+        fields["primary_addr"] = env.primary(
             "DSTACK_MASTER_NODE_IP", required=True,
             what="job 0's internal IP (empty while dstack does not know it yet)",
             example="<the master node's IP>",

@@ -59,7 +59,7 @@ class GenericSource(Source):
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        fields["primary_addr"] = env.host(
+        fields["primary_addr"] = env.primary(
             "MASTER_ADDR",
             required=True,
             what="the rendezvous (rank 0) address",

@@ -61,7 +61,7 @@ class KubeflowSource(Source):
         fields = reading.fields
         endpoint = env.get("PET_RDZV_ENDPOINT")
         if env.any_set("PET_MASTER_ADDR", "MASTER_ADDR") or endpoint is None:
-            fields["primary_addr"] = env.host(
+            fields["primary_addr"] = env.primary(
                 "PET_MASTER_ADDR", "MASTER_ADDR", required=True,
                 what="the master pod's service name", example="<the master pod's address>",
             )

@@ -57,7 +57,7 @@ class LightningSource(Source):
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        primary = env.host(
+        primary = env.primary(
             "MASTER_ADDR",
             required=True,
             what="the rendezvous address Lightning gave this process",

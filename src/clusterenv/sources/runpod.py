@@ -98,7 +98,7 @@ class RunpodSource(Source):
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        fields["primary_addr"] = env.host(
+        fields["primary_addr"] = env.primary(
             "PRIMARY_ADDR",
             "MASTER_ADDR",
             required=True,

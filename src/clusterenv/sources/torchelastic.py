@@ -57,7 +57,7 @@ def read_env_worker(
     exports the node's process count under another name).
     """
     fields = env.reading.fields
-    fields["primary_addr"] = env.host(
+    fields["primary_addr"] = env.primary(
         "MASTER_ADDR",
         required=True,
         what=f"the rendezvous address {launcher} gave this process",
