@@ -381,7 +381,7 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
 
 
 def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
-    """The rules every source shares (DESIGN §4.1)."""
+    """The rules every source shares."""
     env = EnvReader(environ, reading)
     fields = reading.fields
     rank, nodes, trainers = (

@@ -1,6 +1,5 @@
 """Doctor's socket checks of the environment as it stands, before any plan is applied: the
-cluster interface's state, and what NCCL and Gloo would choose with their variables unset
-(failure modes FM-01, FM-10 and FM-15).
+cluster interface's state, and what NCCL and Gloo would choose with their variables unset.
 
 Runpod's knowledge (``eth0`` and 172.x are management) enters only through
 :meth:`Facts.management_reason` and :attr:`Facts.avoid`, which apply it when the Runpod source
@@ -30,7 +29,7 @@ __all__ = ["GlooBinding", "gloo_binding", "network_checks"]
 
 
 def _socket_unset(facts: Facts, bootstrap_report: NcclBootstrap | None) -> list[Finding]:
-    """FM-01 / FM-15: NCCL_SOCKET_IFNAME unset, and NCCL's own choice is not the cluster NIC.
+    """NCCL_SOCKET_IFNAME unset, and NCCL's own choice is not the cluster NIC.
 
     An error when NCCL would bootstrap over an interface that must not carry cluster traffic
     (management, loopback, link-local only): the job then hangs or fails for certain. A warning
@@ -137,7 +136,7 @@ def gloo_binding(facts: Facts) -> GlooBinding | None:
 
 
 def _gloo_unset(facts: Facts) -> list[Finding]:
-    """FM-10: GLOO_SOCKET_IFNAME unset, and the host name does not lead to the cluster NIC.
+    """GLOO_SOCKET_IFNAME unset, and the host name does not lead to the cluster NIC.
 
     An error when Gloo would certainly bind loopback or an interface that must not carry
     cluster traffic; a warning when it binds another interface or the name could not be

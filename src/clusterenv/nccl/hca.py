@@ -1,5 +1,5 @@
-"""RDMA: which ports ``NCCL_IB_HCA`` lists, the RoCE GID index, and the checks of failure modes
-FM-07 to FM-09, FM-25 and FM-27 to FM-30 of the catalogue.
+"""RDMA: which ports ``NCCL_IB_HCA`` lists, the RoCE GID index, and the lint of the RDMA
+variables the user set.
 
 A port is listed when it is ACTIVE, its device opens (``/dev/infiniband/uverbsN``), NCCL's own
 IB transport can drive it (InfiniBand or RoCE, not EFA), and it is on the cluster fabric: not on
@@ -246,7 +246,7 @@ def _ib_disabled(facts: Facts, value: str, origin: str) -> list[Finding]:
 
 
 def rdma_value_findings(facts: Facts) -> list[tuple[str, Finding]]:
-    """Lint the RDMA variables the user set (FM-07, FM-08, FM-09, FM-27, FM-28)."""
+    """Lint the RDMA variables the user set."""
     out: list[tuple[str, Finding]] = []
     checks = (("NCCL_IB_HCA", _hca_value), ("NCCL_IB_GID_INDEX", _gid_value),
               ("NCCL_IB_DISABLE", _ib_disabled),

@@ -1,6 +1,6 @@
 """Socket interfaces: which interface the plan names in ``NCCL_SOCKET_IFNAME``,
-``GLOO_SOCKET_IFNAME`` and ``TP_SOCKET_IFNAME``, and the lint of the values the user set there
-(failure modes FM-02 to FM-06 and FM-11). Doctor's checks of the unset case live in
+``GLOO_SOCKET_IFNAME`` and ``TP_SOCKET_IFNAME``, and the lint of the values the user set there.
+Doctor's checks of the unset case live in
 :mod:`clusterenv.diagnosis.network`.
 
 Runpod's knowledge (``eth0`` and 172.x are management) enters only through
@@ -237,7 +237,7 @@ def _not_cluster(facts: Facts, variable: str, value: str, used: str, cluster: st
 
 
 def socket_value_findings(facts: Facts) -> list[tuple[str, Finding]]:
-    """Lint the socket variables the user set, against this host (FM-02 to FM-06, FM-11)."""
+    """Lint the socket variables the user set, against this host."""
     cluster = usable_cluster_interface(facts)
     out: list[tuple[str, Finding]] = []
     for variable in _SOCKET_VARIABLES:

@@ -97,7 +97,7 @@ class EnvReader:
         return None, None
 
     def aliased(
-        self, *names: str, required: bool, what: str, example: str
+        self, *names: str, required: bool, what: str
     ) -> tuple[str, str] | None:
         """Read a value that may be spelled several ways (``PRIMARY_ADDR`` / ``MASTER_ADDR``).
 
@@ -136,7 +136,7 @@ class EnvReader:
         maximum: int | None = None,
     ) -> int | None:
         """Read a decimal integer (first spelling that is set; all spellings must agree)."""
-        found = self.aliased(*names, required=required, what=what, example=example)
+        found = self.aliased(*names, required=required, what=what)
         if found is None:
             return None
         name, value = found
@@ -197,9 +197,9 @@ class EnvReader:
         )
         return default if found is None and not self.any_set(*names) else found
 
-    def host(self, *names: str, required: bool, what: str, example: str) -> str | None:
+    def host(self, *names: str, required: bool, what: str) -> str | None:
         """Read a host: an IP address (IPv6 with or without brackets) or a DNS name."""
-        found = self.aliased(*names, required=required, what=what, example=example)
+        found = self.aliased(*names, required=required, what=what)
         return None if found is None else self._host(*found, what=what)
 
     def _host(self, name: str, value: str, *, what: str) -> str | None:
@@ -213,17 +213,17 @@ class EnvReader:
             )
         return host
 
-    def primary(self, *names: str, required: bool, what: str, example: str) -> str | None:
+    def primary(self, *names: str, required: bool, what: str) -> str | None:
         """Read the rendezvous address (:meth:`host`), noting which variable held it."""
-        found = self.aliased(*names, required=required, what=what, example=example)
+        found = self.aliased(*names, required=required, what=what)
         if found is None:
             return None
         self.reading.primary_variables = tuple(n for n in names if self.get(n) is not None)
         return self._host(*found, what=what)
 
-    def ip(self, name: str, *, required: bool, what: str, example: str) -> str | None:
+    def ip(self, name: str, *, required: bool, what: str) -> str | None:
         """Read a variable that must be an IP address (``NODE_ADDR``)."""
-        found = self.aliased(name, required=required, what=what, example=example)
+        found = self.aliased(name, required=required, what=what)
         if found is None:
             return None
         value = found[1]
@@ -283,8 +283,6 @@ class Source(ABC):
 
     #: The value of ``ClusterConfig.source`` this source produces, e.g. ``"runpod"``.
     name: ClassVar[str]
-    #: One line for docs and ``show``, e.g. ``"Runpod Instant Cluster"``.
-    description: ClassVar[str]
     #: ``"process"`` when it describes a launched worker (ranks), ``"node"`` otherwise.
     level: ClassVar[str] = "node"
     #: Who starts the processes, for messages (``"torchrun"``, ``"mpirun"``).

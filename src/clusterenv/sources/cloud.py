@@ -56,7 +56,6 @@ class SageMakerSource(Source):
     """An AWS SageMaker training container (``SM_HOSTS``, ``SM_CURRENT_HOST``)."""
 
     name: ClassVar[str] = "sagemaker"
-    description: ClassVar[str] = "an AWS SageMaker training container"
     markers: ClassVar[tuple[str, ...]] = ("SM_HOSTS", "SM_CURRENT_HOST")
 
     def matches(self, environ: Mapping[str, str]) -> bool:
@@ -81,7 +80,7 @@ class SageMakerSource(Source):
             hosts = None
         if env.any_set("SM_MASTER_ADDR"):
             fields["primary_addr"] = env.primary("SM_MASTER_ADDR", required=True,
-                                              what="the master host", example="<algo-1>")
+                                              what="the master host")
             fields["node_rank"] = env.integer(
                 "SM_CURRENT_HOST_RANK", required=True, what="this host's rank",
                 example="<host rank>",
@@ -117,7 +116,6 @@ class VertexSource(Source):
     """A Vertex AI custom training replica (``CLUSTER_SPEC``)."""
 
     name: ClassVar[str] = "vertex"
-    description: ClassVar[str] = "a Google Vertex AI training replica"
     markers: ClassVar[tuple[str, ...]] = ("CLUSTER_SPEC",)
 
     def matches(self, environ: Mapping[str, str]) -> bool:
@@ -178,7 +176,6 @@ class PaiDlcSource(Source):
     """Alibaba PAI-DLC (``WORLD_SIZE`` = nodes, ``RANK`` = node index); only when forced."""
 
     name: ClassVar[str] = "paidlc"
-    description: ClassVar[str] = "an Alibaba Cloud PAI-DLC PyTorch job (only when forced)"
     auto: ClassVar[bool] = False
 
     def matches(self, environ: Mapping[str, str]) -> bool:
@@ -193,8 +190,7 @@ class PaiDlcSource(Source):
         env = EnvReader(environ, reading)
         fields = reading.fields
         fields["primary_addr"] = env.primary("MASTER_ADDR", required=True,
-                                          what="the master node's service name",
-                                          example="<the master's address>")
+                                          what="the master node's service name")
         fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)
         fields["node_addr"] = None
         fields["node_rank"] = env.integer("RANK", required=True,

@@ -31,7 +31,6 @@ class DeepSpeedSource(Source):
     """A DeepSpeed launcher worker (``RANK``, ``LOCAL_RANK`` and ``LOCAL_SIZE``/``CROSS_*``)."""
 
     name: ClassVar[str] = "deepspeed"
-    description: ClassVar[str] = "a worker process started by the DeepSpeed launcher"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "the deepspeed launcher"
     markers: ClassVar[tuple[str, ...]] = ("RANK", "LOCAL_RANK", *_DEEPSPEED)
@@ -55,14 +54,12 @@ class DeepSpeedSource(Source):
             "MASTER_ADDR",
             required=True,
             what="the rendezvous address the deepspeed launcher gave this process",
-            example="<rank 0's address>",
         )
         fields["primary_port"] = env.port("MASTER_PORT", required=True)
         fields["node_addr"] = env.ip(
             "NODE_ADDR",
             required=False,
             what="this node's cluster address",
-            example="<this node's IP>",
         )
         counts = {
             "RANK": ("this process's global rank", 0),

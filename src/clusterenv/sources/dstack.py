@@ -24,7 +24,6 @@ class DstackSource(Source):
     """A dstack task node (``DSTACK_NODE_RANK``)."""
 
     name: ClassVar[str] = "dstack"
-    description: ClassVar[str] = "a dstack task"
     markers: ClassVar[tuple[str, ...]] = ("DSTACK_NODE_RANK", "DSTACK_MASTER_NODE_IP")
 
     def matches(self, environ: Mapping[str, str]) -> bool:
@@ -53,7 +52,6 @@ class DstackSource(Source):
         fields["primary_addr"] = env.primary(
             "DSTACK_MASTER_NODE_IP", required=True,
             what="job 0's internal IP (empty while dstack does not know it yet)",
-            example="<the master node's IP>",
         )
         fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)
         rank = env.integer("DSTACK_NODE_RANK", required=True, what="this node's rank",

@@ -32,7 +32,6 @@ class KubeflowSource(Source):
     """A Kubeflow PyTorchJob (v1) or TrainJob (v2) pod."""
 
     name: ClassVar[str] = "kubeflow"
-    description: ClassVar[str] = "a Kubeflow PyTorchJob or TrainJob pod"
     markers: ClassVar[tuple[str, ...]] = ("PET_NNODES", "PET_NPROC_PER_NODE",
                                           "KUBERNETES_SERVICE_HOST")
 
@@ -63,7 +62,7 @@ class KubeflowSource(Source):
         if env.any_set("PET_MASTER_ADDR", "MASTER_ADDR") or endpoint is None:
             fields["primary_addr"] = env.primary(
                 "PET_MASTER_ADDR", "MASTER_ADDR", required=True,
-                what="the master pod's service name", example="<the master pod's address>",
+                what="the master pod's service name",
             )
             fields["primary_port"] = env.port("PET_MASTER_PORT", "MASTER_PORT", required=True)
         else:

@@ -34,7 +34,6 @@ class LightningSource(Source):
     """A Lightning-spawned process: ``LOCAL_RANK``, ``NODE_RANK``, ``WORLD_SIZE``, no ``RANK``."""
 
     name: ClassVar[str] = "lightning"
-    description: ClassVar[str] = "a process started by Lightning's launcher (python train.py)"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "Lightning"
     markers: ClassVar[tuple[str, ...]] = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE")
@@ -61,7 +60,6 @@ class LightningSource(Source):
             "MASTER_ADDR",
             required=True,
             what="the rendezvous address Lightning gave this process",
-            example="<the primary's address>",
         )
         fields["primary_addr"] = primary
         fields["primary_port"] = env.port("MASTER_PORT", required=True)
@@ -69,7 +67,6 @@ class LightningSource(Source):
             "NODE_ADDR",
             required=False,
             what="this node's cluster address",
-            example="<this node's IP>",
         )
         local_rank = env.integer(
             "LOCAL_RANK", required=True, what="this process's rank on its node", example="0"

@@ -19,7 +19,6 @@ class LocalSource(Source):
     """One node, rank 0, primary ``127.0.0.1:29500``, one process per visible GPU (else 1)."""
 
     name: ClassVar[str] = "local"
-    description: ClassVar[str] = "this machine alone (no cluster variables set)"
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """Always: the last resort."""

@@ -53,7 +53,6 @@ class MpiSource(Source):
     """An MPI rank (Open MPI, MVAPICH, MPICH/Hydra): a rank and a size are set."""
 
     name: ClassVar[str] = "mpi"
-    description: ClassVar[str] = "a rank started by an MPI launcher (mpirun, mpiexec)"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "mpirun"
 
@@ -135,12 +134,10 @@ class MpiSource(Source):
         )
         fields["node_addr"] = env.ip(
             "NODE_ADDR", required=False, what="this node's cluster address",
-            example="<this node's IP>",
         )
         fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)
         primary = env.host(
             "MASTER_ADDR", required=False, what="the rendezvous address (rank 0's host)",
-            example="<rank 0's host address>",
         )
         if primary is None and not env.any_set("MASTER_ADDR"):
             nodes = fields.get("num_nodes")

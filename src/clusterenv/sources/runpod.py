@@ -72,7 +72,6 @@ class RunpodSource(Source):
     """Runpod Instant Cluster (``PRIMARY_*``, ``NODE_ADDR``, ``NUM_TRAINERS``, …)."""
 
     name: ClassVar[str] = "runpod"
-    description: ClassVar[str] = "Runpod Instant Cluster"
 
     markers: ClassVar[tuple[str, ...]] = _MARKERS
 
@@ -103,11 +102,10 @@ class RunpodSource(Source):
             "MASTER_ADDR",
             required=True,
             what="the primary node's cluster address",
-            example="10.65.0.2",
         )
         fields["primary_port"] = env.port("PRIMARY_PORT", "MASTER_PORT", required=True)
         fields["node_addr"] = env.ip(
-            "NODE_ADDR", required=True, what="this node's cluster address", example="10.65.0.3"
+            "NODE_ADDR", required=True, what="this node's cluster address"
         )
         fields["node_rank"] = env.integer(
             "NODE_RANK", required=True, what="this node's index, 0 on the primary", example="0"

@@ -24,7 +24,6 @@ class SkyPilotSource(Source):
     """A SkyPilot ``run`` command (``SKYPILOT_NODE_RANK``)."""
 
     name: ClassVar[str] = "skypilot"
-    description: ClassVar[str] = "a SkyPilot task's run stage"
     markers: ClassVar[tuple[str, ...]] = ("SKYPILOT_NODE_RANK", "SKYPILOT_NODE_IPS")
 
     def matches(self, environ: Mapping[str, str]) -> bool:
@@ -66,8 +65,7 @@ class SkyPilotSource(Source):
                         f"SKYPILOT_NODE_IPS lists {len(ips)} addresses but SKYPILOT_NUM_NODES="
                         f"{nodes}", "let SkyPilot set them; do not export them by hand",
                         "config-invalid")
-        primary = env.host("MASTER_ADDR", required=False, what="the rendezvous address",
-                           example="<the head node's IP>")
+        primary = env.host("MASTER_ADDR", required=False, what="the rendezvous address")
         if primary is None and ips:
             primary = ips[0]
         fields["primary_addr"] = primary

@@ -107,7 +107,6 @@ class SlurmSource(Source):
     """A task started by Slurm (``SLURM_JOB_ID`` and ``SLURM_PROCID``)."""
 
     name: ClassVar[str] = "slurm"
-    description: ClassVar[str] = "a Slurm task (srun, or the batch script)"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "srun"
     markers: ClassVar[tuple[str, ...]] = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_PROCID",
@@ -134,7 +133,7 @@ class SlurmSource(Source):
         fields = reading.fields
         in_step = env.any_set("SLURM_STEP_ID", "SLURM_STEPID")
         primary = env.host(
-            "MASTER_ADDR", required=False, what="the rendezvous address", example="<rank 0's host>"
+            "MASTER_ADDR", required=False, what="the rendezvous address"
         )
         if primary is None and not env.any_set("MASTER_ADDR"):
             primary = slurm_primary(env)
@@ -152,7 +151,6 @@ class SlurmSource(Source):
         )
         fields["node_addr"] = env.ip(
             "NODE_ADDR", required=False, what="this node's cluster address",
-            example="<this node's IP>",
         )
         nodes_name, _ = env.first(*_NODES)
         nodes = env.integer(

@@ -24,7 +24,6 @@ class TorchElasticSource(Source):
     """A process launched by torchrun (``TORCHELASTIC_RUN_ID`` is present)."""
 
     name: ClassVar[str] = "torchelastic"
-    description: ClassVar[str] = "a worker process started by torchrun"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "torchrun"
     markers: ClassVar[tuple[str, ...]] = ("TORCHELASTIC_RUN_ID",)
@@ -61,11 +60,10 @@ def read_env_worker(
         "MASTER_ADDR",
         required=True,
         what=f"the rendezvous address {launcher} gave this process",
-        example="<rank 0's address>",
     )
     fields["primary_port"] = env.port("MASTER_PORT", required=True)
     fields["node_addr"] = env.ip(
-        "NODE_ADDR", required=False, what="this node's cluster address", example="<this node's IP>"
+        "NODE_ADDR", required=False, what="this node's cluster address"
     )
     rank = env.integer(
         "RANK", required=True, what="this process's global rank", example="<this process's rank>"

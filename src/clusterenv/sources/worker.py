@@ -60,7 +60,6 @@ class WorkerSource(Source):
     """A process with ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` set by some launcher."""
 
     name: ClassVar[str] = "worker"
-    description: ClassVar[str] = "a worker with RANK, LOCAL_RANK and WORLD_SIZE (torch's env://)"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "the launcher"
     markers: ClassVar[tuple[str, ...]] = _FULL_SET
@@ -105,7 +104,6 @@ class RaySource(WorkerSource):
     """A Ray Train worker (``ACCELERATE_TORCH_DEVICE`` next to the ``env://`` set)."""
 
     name: ClassVar[str] = "ray"
-    description: ClassVar[str] = "a Ray Train worker"
     launcher: ClassVar[str] = "Ray Train"
     node_rank_variable: ClassVar[str | None] = "NODE_RANK"
     markers: ClassVar[tuple[str, ...]] = ("ACCELERATE_TORCH_DEVICE", *_FULL_SET, "NODE_RANK")
@@ -123,7 +121,6 @@ class AzureMLSource(WorkerSource):
     """An Azure Machine Learning ``pytorch`` distribution process (``AZUREML_*``)."""
 
     name: ClassVar[str] = "azureml"
-    description: ClassVar[str] = "an Azure Machine Learning pytorch-distribution process"
     launcher: ClassVar[str] = "Azure ML"
     node_rank_variable: ClassVar[str | None] = "NODE_RANK"
     markers: ClassVar[tuple[str, ...]] = ("AZUREML_EXPERIMENT_ID", "AZUREML_RUN_ID", *_FULL_SET)
