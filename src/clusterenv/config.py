@@ -319,7 +319,7 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
     launcher = source.launcher
     outer = f"source {facts.source}"
     per_node = config.num_trainers
-    if facts.per_node is not None and facts.per_node[1] != per_node:
+    if facts.per_node is not None and facts.per_node.value != per_node:
         name, value = facts.per_node
         evidence = (f"processes on this node: {per_node} ({launcher})", f"{name}={value}", outer)
         if per_node < value:
@@ -346,7 +346,7 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
                 f"start at most {value} processes per node",
                 severity="error" if beyond else None,
             ))
-    if facts.num_nodes is not None and facts.num_nodes[1] != config.num_nodes:
+    if facts.num_nodes is not None and facts.num_nodes.value != config.num_nodes:
         name, value = facts.num_nodes
         notes.append(Finding.of(
             "worker-node-count",
@@ -358,7 +358,7 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
         ))
     if (
         facts.node_rank is not None
-        and facts.node_rank[1] != config.node_rank
+        and facts.node_rank.value != config.node_rank
         and source.name != "mpi"  # MPI daemons' Slurm node ids need not follow rank order
     ):
         name, value = facts.node_rank

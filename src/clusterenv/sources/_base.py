@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from clusterenv._root import Root
 from clusterenv._shell import export
@@ -22,6 +22,7 @@ from clusterenv.findings import Code, Finding
 __all__ = [
     "DEFAULT_PORT",
     "EnvReader",
+    "Named",
     "NodeFacts",
     "Reading",
     "Source",
@@ -254,6 +255,14 @@ def _same_value(a: str, b: str) -> bool:
     return a_num is not None and a_num == b_num
 
 
+class Named(NamedTuple):
+    """A value and the variable (or expression) it came from, e.g. ``Named("LOCAL_SIZE", 8)``
+    or ``Named("WORLD_SIZE / nodes", 2)``: a message can then name where the value came from."""
+
+    name: str
+    value: int
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """What a node-level source says about this node, used as evidence inside a worker.
@@ -262,19 +271,19 @@ class NodeFacts:
     """
 
     source: str
-    node_rank: tuple[str, int] | None = None
-    num_nodes: tuple[str, int] | None = None
-    per_node: tuple[str, int] | None = None
+    node_rank: Named | None = None
+    num_nodes: Named | None = None
+    per_node: Named | None = None
     primary: tuple[str, str] | None = None
 
 
-def plain_int(environ: Mapping[str, str], *names: str) -> tuple[str, int] | None:
+def plain_int(environ: Mapping[str, str], *names: str) -> Named | None:
     """The first of ``names`` holding a plain decimal integer, as ``(name, value)``; never
     records a problem (for evidence, not for the values a source is built from)."""
     for name in names:
         number = parse_decimal(environ.get(name))
         if number is not None:
-            return name, number
+            return Named(name, number)
     return None
 
 

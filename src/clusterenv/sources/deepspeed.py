@@ -24,7 +24,7 @@ _DEEPSPEED = ("LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
 
 
 def _named(name: str, value: int | None) -> Named | None:
-    return None if value is None else (name, value)
+    return None if value is None else Named(name, value)
 
 
 class DeepSpeedSource(Source):

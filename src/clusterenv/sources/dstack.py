@@ -38,7 +38,7 @@ class DstackSource(Source):
             self.name,
             node_rank=plain_int(environ, "DSTACK_NODE_RANK"),
             num_nodes=plain_int(environ, "DSTACK_NODES_NUM"),
-            per_node=gpus if gpus is not None and gpus[1] > 0 else None,
+            per_node=gpus if gpus is not None and gpus.value > 0 else None,
             primary=("DSTACK_MASTER_NODE_IP", master) if master else None,
         )
 

@@ -25,7 +25,7 @@ from typing import ClassVar
 from clusterenv._root import Root
 from clusterenv._values import is_loopback_host
 from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
-from clusterenv.sources._process import finish_worker
+from clusterenv.sources._process import Named, finish_worker
 
 __all__ = ["LightningSource"]
 
@@ -81,9 +81,9 @@ class LightningSource(Source):
             example="<devices x num_nodes>",
             minimum=1,
         )
-        nodes: tuple[str, int] | None = None
+        nodes: Named | None = None
         if primary is not None and is_loopback_host(primary):
-            nodes = ("MASTER_ADDR (loopback: one machine)", 1)
+            nodes = Named("MASTER_ADDR (loopback: one machine)", 1)
         elif outer is not None and outer.num_nodes is not None:
             nodes = outer.num_nodes
         if nodes is None:
@@ -100,30 +100,30 @@ class LightningSource(Source):
                 )
             return reading
         per_node = None
-        if world is not None and nodes[1] >= 1:  # NUM_NODES=0 is the outer source's problem
-            if world % nodes[1]:
+        if world is not None and nodes.value >= 1:  # NUM_NODES=0 is the outer source's problem
+            if world % nodes.value:
                 env.problem(
-                    ("WORLD_SIZE", nodes[0].split(" ")[0]),
+                    ("WORLD_SIZE", nodes.name.split(" ")[0]),
                     f"WORLD_SIZE={world} (Lightning's devices x num_nodes) is not a multiple of "
-                    f"{nodes[0]}={nodes[1]} nodes: Lightning's num_nodes does not match the "
+                    f"{nodes.name}={nodes.value} nodes: Lightning's num_nodes does not match the "
                     "cluster",
-                    f"pass num_nodes={nodes[1]} to the Trainer or Fabric",
+                    f"pass num_nodes={nodes.value} to the Trainer or Fabric",
                     "config-uneven-nodes",
                 )
                 return reading
-            per_node = ("WORLD_SIZE / nodes", world // nodes[1])
+            per_node = Named("WORLD_SIZE / nodes", world // nodes.value)
         rank = None
         if per_node is not None and local_rank is not None and node_rank is not None:
-            rank = ("NODE_RANK * (WORLD_SIZE / nodes) + LOCAL_RANK",
-                    node_rank * per_node[1] + local_rank)
+            rank = Named("NODE_RANK * (WORLD_SIZE / nodes) + LOCAL_RANK",
+                         node_rank * per_node.value + local_rank)
         finish_worker(
             env,
             launcher=self.launcher,
             rank=rank,
-            local_rank=None if local_rank is None else ("LOCAL_RANK", local_rank),
-            world=None if world is None else ("WORLD_SIZE", world),
+            local_rank=None if local_rank is None else Named("LOCAL_RANK", local_rank),
+            world=None if world is None else Named("WORLD_SIZE", world),
             local_world=per_node,
-            node_rank=None if node_rank is None else ("NODE_RANK", node_rank),
+            node_rank=None if node_rank is None else Named("NODE_RANK", node_rank),
             num_nodes=nodes,
         )
         return reading

@@ -92,20 +92,20 @@ class MpiSource(Source):
                 local_size_name, required=True, what="the ranks on this node",
                 example="<ranks on this node>", minimum=1,
             )
-            local_rank = None if found is None else (local_name or local_names[0], found)
-            local_size = None if count is None else (local_size_name, count)
+            local_rank = None if found is None else Named(local_name or local_names[0], found)
+            local_size = None if count is None else Named(local_size_name, count)
         elif env.get("SLURM_LOCALID") is not None:  # Slurm PMI-2: Slurm knows the node
             found = env.integer(
                 "SLURM_LOCALID", required=True, what="this task's index on the node",
                 example="<local rank>",
             )
-            local_rank = None if found is None else ("SLURM_LOCALID", found)
+            local_rank = None if found is None else Named("SLURM_LOCALID", found)
             listed = slurm_tasks_per_node(env)
             node = env.integer(
                 "SLURM_NODEID", required=True, what="this node's index", example="<node index>"
             )
             if listed is not None and node is not None and node < len(listed[1]):
-                local_size = (listed[0], listed[1][node])
+                local_size = Named(listed[0], listed[1][node])
         if local_size is None and not reading.problems:
             env.problem(
                 (local_size_name,),
@@ -127,9 +127,9 @@ class MpiSource(Source):
         finish_worker(
             env,
             launcher=self.launcher,
-            rank=None if rank is None else (rank_name, rank),
+            rank=None if rank is None else Named(rank_name, rank),
             local_rank=local_rank,
-            world=None if size is None else (size_name, size),
+            world=None if size is None else Named(size_name, size),
             local_world=local_size,
         )
         fields["node_addr"] = env.ip(

@@ -39,7 +39,7 @@ class SkyPilotSource(Source):
             self.name,
             node_rank=plain_int(environ, "SKYPILOT_NODE_RANK"),
             num_nodes=plain_int(environ, "SKYPILOT_NUM_NODES"),
-            per_node=gpus if gpus is not None and gpus[1] > 0 else None,
+            per_node=gpus if gpus is not None and gpus.value > 0 else None,
             primary=("SKYPILOT_NODE_IPS (first line)", ips[0]) if ips else None,
         )
 

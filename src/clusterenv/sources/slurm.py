@@ -37,7 +37,7 @@ from clusterenv.sources._base import (
     Source,
     plain_int,
 )
-from clusterenv.sources._process import finish_worker
+from clusterenv.sources._process import Named, finish_worker
 from clusterenv.sources._slurm_parse import expand_hostlist, parse_counts_per_node
 
 __all__ = ["SlurmSource", "slurm_port", "slurm_primary", "slurm_tasks_per_node"]
@@ -192,7 +192,7 @@ class SlurmSource(Source):
             fields["num_nodes"] = nodes
             gpus = plain_int(environ, "SLURM_GPUS_ON_NODE")
             fields["num_trainers"] = (
-                gpus[1] if gpus is not None and gpus[1] > 0
+                gpus.value if gpus is not None and gpus.value > 0
                 else visible_gpu_count(environ, root) or 1
             )
             return reading
@@ -226,10 +226,10 @@ class SlurmSource(Source):
         finish_worker(
             env,
             launcher=self.launcher,
-            rank=None if rank is None else ("SLURM_PROCID", rank),
-            local_rank=None if local is None else ("SLURM_LOCALID", local),
-            world=None if world is None else (world_name or "SLURM_NTASKS", world),
-            local_world=(tasks_name, per_node),
-            node_rank=("SLURM_NODEID", node_rank),
-            num_nodes=(nodes_name, nodes),
+            rank=None if rank is None else Named("SLURM_PROCID", rank),
+            local_rank=None if local is None else Named("SLURM_LOCALID", local),
+            world=None if world is None else Named(world_name or "SLURM_NTASKS", world),
+            local_world=Named(tasks_name, per_node),
+            node_rank=Named("SLURM_NODEID", node_rank),
+            num_nodes=Named(nodes_name, nodes),
         )

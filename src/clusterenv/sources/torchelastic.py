@@ -43,7 +43,7 @@ class TorchElasticSource(Source):
 
 
 def _named(name: str, value: int | None) -> Named | None:
-    return None if value is None else (name, value)
+    return None if value is None else Named(name, value)
 
 
 def read_env_worker(

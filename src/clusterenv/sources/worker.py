@@ -44,15 +44,15 @@ def _derived_local_world(environ: Mapping[str, str], node_rank: str | None) -> N
     if rank is not None and local is not None and node and rank >= local:
         span, rest = divmod(rank - local, node)
         if not rest and span > 0:
-            return "(RANK - LOCAL_RANK) / NODE_RANK", span
+            return Named("(RANK - LOCAL_RANK) / NODE_RANK", span)
     hosts = environ.get("AZ_BATCH_HOST_LIST") or ""
     if node_rank and world is not None and hosts.strip():
         count = len([h for h in hosts.split(",") if h.strip()])
         if count and not world % count:
-            return "WORLD_SIZE / (hosts in AZ_BATCH_HOST_LIST)", world // count
+            return Named("WORLD_SIZE / (hosts in AZ_BATCH_HOST_LIST)", world // count)
     master = parse_host(environ.get("MASTER_ADDR") or "")
     if world is not None and world > 0 and master is not None and is_loopback_host(master):
-        return "WORLD_SIZE (MASTER_ADDR is loopback: one machine)", world
+        return Named("WORLD_SIZE (MASTER_ADDR is loopback: one machine)", world)
     return None
 
 
