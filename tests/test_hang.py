@@ -100,11 +100,11 @@ def test_a_missing_ranks_dump_is_evidence(tmp_path: Path, fr_dumps: Generated) -
         if rank != BEHIND:
             shutil.copy(fr_dumps.stall / f"comm_lib_trace_rank_{rank}", tmp_path)
     # Three nodes of one process each; the record of the behind rank's node is not here.
-    for node in range(WORLD):
-        if node != BEHIND:
-            write_launch_record(tmp_path, LaunchRecord(node, WORLD, 1, node, f"host-{node}",
-                                                       f"10.65.0.{2 + node}", "10.65.0.2:29500",
-                                                       "2026-05-01T12:00:00Z"))
+    for node_rank in range(WORLD):
+        if node_rank != BEHIND:
+            write_launch_record(tmp_path, LaunchRecord(
+                node_rank, WORLD, 1, node_rank, f"host-{node_rank}", f"10.65.0.{2 + node_rank}",
+                "10.65.0.2:29500", "2026-05-01T12:00:00Z"))
     report = diagnose_hang([tmp_path])
     stall = stall_with(report, "all_reduce")
     assert stall.missing == (BEHIND,) and not stall.behind
@@ -153,9 +153,9 @@ def test_nccl_log_and_preflight_evidence_join_the_named_node(
     for rank in range(WORLD):
         shutil.copy(fr_dumps.stall / f"comm_lib_trace_rank_{rank}", tmp_path)
     hosts = {0: "host-0", 1: "host-1", 2: NCCL_HOST}
-    for node, host in hosts.items():
-        write_launch_record(tmp_path, LaunchRecord(node, WORLD, 1, node, host,
-                                                   f"10.65.0.{2 + node}", "10.65.0.2:29500",
+    for node_rank, host in hosts.items():
+        write_launch_record(tmp_path, LaunchRecord(node_rank, WORLD, 1, node_rank, host,
+                                                   f"10.65.0.{2 + node_rank}", "10.65.0.2:29500",
                                                    "2026-05-01T12:00:00Z"))
     problem = Problem.of("preflight-mtu-differs", "ens1 MTU 1500 on rank 2, 9000 elsewhere",
                          (NodeRef(BEHIND, "10.65.0.4", NCCL_HOST),))

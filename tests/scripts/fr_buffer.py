@@ -15,10 +15,13 @@ import sys
 def main() -> int:
     import torch
     import torch.distributed as dist
-    from torch._C._distributed_c10d import _dump_fr_trace
+    from torch._C._distributed_c10d import (  # type: ignore[attr-defined,unused-ignore]
+        _dump_fr_trace,
+    )
 
     os.write(1, b"creating\n")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    store = dist.HashStore()  # type: ignore[attr-defined,unused-ignore]
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     for _ in range(3):
         dist.all_reduce(torch.ones(2))
     entries = pickle.loads(_dump_fr_trace(includeStackTraces=False))["entries"]

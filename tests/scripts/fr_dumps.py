@@ -24,7 +24,10 @@ from pathlib import Path
 
 
 def write(out: Path, rank: int, *, stacks: bool) -> None:
-    from torch._C._distributed_c10d import _dump_fr_trace, _dump_fr_trace_json
+    from torch._C._distributed_c10d import (  # type: ignore[attr-defined,unused-ignore]
+        _dump_fr_trace,
+        _dump_fr_trace_json,
+    )
 
     out.mkdir(parents=True, exist_ok=True)
     (out / f"comm_lib_trace_rank_{rank}").write_bytes(_dump_fr_trace(includeStackTraces=stacks))
@@ -45,7 +48,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    store = dist.FileStore(args.store, args.world)
+    store = dist.FileStore(args.store, args.world)  # type: ignore[attr-defined,unused-ignore]
     dist.init_process_group("gloo", store=store, rank=args.rank, world_size=args.world,
                             timeout=timedelta(seconds=60))
     rank, out = args.rank, Path(args.out)
@@ -60,19 +63,19 @@ def main() -> int:
         dist.broadcast(value, src=1, group=g12)
     write(out / "agree", rank, stacks=False)
     dist.barrier()  # every rank has written its agree dump before any goes on
-    did: dict[str, object] = {"rank": rank, "entered": []}
+    entered: list[list[str]] = []
     pending = []
     if rank != args.behind:
         line = sys._getframe().f_lineno + 1
         pending.append(dist.all_reduce(value, async_op=True))
-        did["entered"] = [["default", "all_reduce", f"fr_dumps.py:{line}"]]
+        entered.append(["default", "all_reduce", f"fr_dumps.py:{line}"])
     if rank == 1 and args.behind == 2:
         line = sys._getframe().f_lineno + 1
         pending.append(dist.all_gather([torch.zeros(4), torch.zeros(4)], value, group=g12,
                                        async_op=True))
-        did["entered"] = [*did["entered"], ["g12", "all_gather", f"fr_dumps.py:{line}"]]
+        entered.append(["g12", "all_gather", f"fr_dumps.py:{line}"])
     write(out / "stall", rank, stacks=True)
-    print(json.dumps(did), flush=True)
+    print(json.dumps({"rank": rank, "entered": entered}), flush=True)
     os._exit(0)  # the entered collectives wait for a rank that never comes
 
 

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         paths = [str(p) for p in found]
         read_from = f"{', '.join(paths)} ({why})" if paths else why
     if args.collect:
-        result = collect_hang(paths, timeout=args.timeout, port=args.port,
+        result = collect_hang(paths=paths, timeout=args.timeout, port=args.port,
                               nccl_logs=args.nccl_log, preflight=args.preflight)
         if args.json:
             emit_json(result)

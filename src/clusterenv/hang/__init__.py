@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 __all__ = [
     "Call",
     "CollectResult",
+    "CorruptDump",
+    "DumpLimits",
     "GroupTrace",
     "HangReport",
     "LaunchRecord",
@@ -38,10 +40,14 @@ __all__ = [
     "RankView",
     "RecorderPlan",
     "Stall",
+    "TorchRecorder",
+    "UnsafeDump",
     "apply_recorder",
     "attribute",
     "collect_hang",
     "diagnose_hang",
+    "find_torch",
+    "load_pickle",
     "plan_recorder",
     "read_inputs",
 ]
@@ -52,7 +58,9 @@ _HOMES = {
     "Stall": "attribute", "attribute": "attribute",
     "CollectResult": "diagnose", "collect_hang": "diagnose", "diagnose_hang": "diagnose",
     "LaunchRecord": "record", "RecorderPlan": "enable", "apply_recorder": "enable",
-    "plan_recorder": "enable", "read_inputs": "dumps",
+    "plan_recorder": "enable", "read_inputs": "dumps", "TorchRecorder": "recorder",
+    "find_torch": "recorder", "CorruptDump": "unpickle", "DumpLimits": "unpickle",
+    "UnsafeDump": "unpickle", "load_pickle": "unpickle",
 }
 
 if TYPE_CHECKING:
@@ -62,6 +70,8 @@ if TYPE_CHECKING:
     from clusterenv.hang.enable import RecorderPlan, apply_recorder, plan_recorder
     from clusterenv.hang.model import Call, GroupTrace, RankDump
     from clusterenv.hang.record import LaunchRecord
+    from clusterenv.hang.recorder import TorchRecorder, find_torch
+    from clusterenv.hang.unpickle import CorruptDump, DumpLimits, UnsafeDump, load_pickle
 
 
 def __getattr__(name: str) -> Any:

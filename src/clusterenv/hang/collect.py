@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from clusterenv._text import clip
+from clusterenv._values import format_host_port
 from clusterenv.hang.attribute import HangReport, attribute
 from clusterenv.hang.model import MAX_TEXT, RankDump, WireFormatError
 from clusterenv.hang.record import LaunchRecord, RecordError, parse_launch_record
@@ -43,7 +44,6 @@ from clusterenv.preflight.wire import (
     new_nonce,
     verify_mac,
 )
-from clusterenv.sources._base import format_host_port
 
 __all__ = ["Collected", "HangPrimary", "NodeReport", "collect_on_node", "serve_hang_primary"]
 

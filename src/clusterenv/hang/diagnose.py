@@ -12,6 +12,7 @@ from typing import Any, Literal
 from clusterenv._facts import Facts
 from clusterenv._jsonable import json_fields
 from clusterenv._root import as_root
+from clusterenv._values import format_host_port
 from clusterenv.config import ClusterConfig
 from clusterenv.hang.attribute import HangReport, attribute
 from clusterenv.hang.collect import NodeReport, collect_on_node, serve_hang_primary
@@ -23,7 +24,6 @@ from clusterenv.preflight import PreflightOptions, default_port
 from clusterenv.preflight import _local_primary_address as local_primary
 from clusterenv.preflight.fingerprint import TOKEN_VARIABLE
 from clusterenv.preflight.node import PreflightError
-from clusterenv.sources._base import format_host_port
 
 __all__ = ["CollectResult", "collect_hang", "default_paths", "diagnose_hang"]
 
@@ -98,9 +98,9 @@ class CollectResult:
 
 
 def collect_hang(
-    paths: Sequence[str | os.PathLike[str]],
     environ: Mapping[str, str] | None = None,
     *,
+    paths: Sequence[str | os.PathLike[str]],
     timeout: float = 30.0,
     port: int | None = None,
     nccl_logs: Sequence[str | os.PathLike[str]] = (),
@@ -111,9 +111,9 @@ def collect_hang(
     and return the same report on every node.
 
     Args:
-        paths: This node's dump files and directories.
         environ: The environment (the cluster contract and ``CLUSTERENV_PREFLIGHT_TOKEN``);
             None reads ``os.environ``.
+        paths: This node's dump files and directories.
         timeout: Seconds the primary waits for every node, and a node keeps trying to reach it.
         port: The TCP port; default preflight's (``PRIMARY_PORT + 1``).
         nccl_logs: NCCL logs to quote about the nodes named (read on this node).

@@ -111,7 +111,7 @@ def _decide(environ: Mapping[str, str], names: tuple[str, ...], value: str,
 
 
 def plan_recorder(
-    environ: Mapping[str, str],
+    environ: Mapping[str, str] | None = None,
     *,
     directory: str | os.PathLike[str],
     host: str | None = None,
@@ -120,13 +120,14 @@ def plan_recorder(
     """Decide the recorder variables; changes nothing.
 
     Args:
-        environ: The job's environment.
+        environ: The job's environment; None reads ``os.environ``.
         directory: The job directory (see :func:`job_directory`).
         host: This node's host name, part of the dump file names; default
             ``socket.gethostname()``.
         torch: The torch to name the variables for; default :func:`find_torch` (the old
             spellings, which every release with a recorder reads, when none is found).
     """
+    env: Mapping[str, str] = os.environ if environ is None else environ
     found = torch if torch is not None else find_torch()
     reader = found or TorchRecorder.by_version(None, "no torch found here")
     where = Path(directory)
@@ -134,14 +135,14 @@ def plan_recorder(
     shown = f"torch {reader.version}" if reader.version else "torch"
     prefix = str(where / OUR_PREFIX.format(host=safe_host(host or socket.gethostname())))
     changes = (
-        _decide(environ, reader.buffer_size, str(entries),
+        _decide(env, reader.buffer_size, str(entries),
                 f"flight recorder on with {entries} entries ({shown} reads "
                 f"{' then '.join(reader.buffer_size)})"),
-        _decide(environ, reader.dump_file, prefix,
+        _decide(env, reader.dump_file, prefix,
                 "dumps land in this job's directory, named with the host; torch adds the rank"),
-        _decide(environ, (DUMP_ON_TIMEOUT,), "1",
+        _decide(env, (DUMP_ON_TIMEOUT,), "1",
                 "the NCCL watchdog dumps the recorder when a collective times out"),
-        _decide(environ, (HANG_DIR_VARIABLE,), str(where),
+        _decide(env, (HANG_DIR_VARIABLE,), str(where),
                 "where clusterenv's dumps and launch records go; `clusterenv hang` reads it"),
     )
     return RecorderPlan(changes, where, found)

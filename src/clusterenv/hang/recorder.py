@@ -13,7 +13,8 @@ What torch 2.13 does (its ``FlightRecorder.hpp`` and ``Utils.hpp``): the buffer 
 warning whenever the older one is set), default 2000 entries, when the first process group is
 created; ``0`` switches the recorder off; each set spelling goes through ``std::stoi``, and a
 value it rejects fails the ``TORCH_CHECK`` "Invalid value for environment variable" (with Gloo
-the process then hangs inside the process group's constructor). Dumps go to
+the process then hangs, or aborts with "terminate called without an active exception", inside
+the process group's constructor: measured, both happen). Dumps go to
 ``<TORCH_FR_DUMP_TEMP_FILE or TORCH_NCCL_DEBUG_INFO_TEMP_FILE><rank>``. Releases without the
 ``TORCH_FR_*`` names read only the older ones.
 
@@ -227,9 +228,10 @@ def recorder_checks(
         name = item.split("=", 1)[0]
         out.append((name, Finding.of(
             "flight-recorder-invalid",
-            f"{item} is not an integer: {shown} fails with 'Invalid value for environment "
-            f"variable: {name}' when the first process group is created (with Gloo the "
-            "process hangs there instead)",
+            f"{item} is not an integer: {shown} rejects it ('Invalid value for environment "
+            f"variable: {name}') when the first process group is created; with Gloo the "
+            "process then hangs or aborts ('terminate called without an active exception') "
+            "in the process group's constructor",
             (item, *evidence), f"unset {name}",
         )))
     if setting.off and not setting.invalid:
