@@ -99,8 +99,13 @@ def test_a_rank_that_never_calls_the_collective(sim_cluster: Any, tmp_path: Path
     assert [a["code"] for a in answers] == [1, 1], answers
     assert answers[0]["report"] == answers[1]["report"]
     stall = default_stall(answers[0])
-    assert stall["suspects"] == [culprit]
-    assert set(stall["waiting"]) == entered
+    # The rank that skipped is named, and no rank that entered is called behind. A rank that
+    # entered can still be "missing": torchrun kills a node's other workers as soon as one
+    # fails, which on a loaded machine can come before a slower rank wrote its dump.
+    assert culprit in stall["missing"]
+    assert not stall["behind"]
+    assert set(stall["waiting"]) <= entered and stall["waiting"]
+    assert set(stall["waiting"]) | set(stall["missing"]) == {0, 1, 2, 3}
     assert stall["call"]["seq"] == step and stall["call"]["operation"] == "all_reduce"
     assert stall["call"]["where"].rsplit("/", 1)[-1].split(" in ")[0] in call_site
     node = node_of(answers[0], culprit)
