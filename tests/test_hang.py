@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from clusterenv.cli import main
-from clusterenv.hang import diagnose_hang
-from clusterenv.hang.attribute import HangReport, Stall
+from clusterenv.hang import HangReport, Stall, diagnose_hang
 from clusterenv.hang.diagnose import default_paths
 from clusterenv.hang.record import LaunchRecord, write_launch_record
 from clusterenv.preflight import NodeRef, PreflightResult, Problem, Verdict

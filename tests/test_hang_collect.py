@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from clusterenv.hang.collect import Collected, NodeReport, collect_on_node, serve_hang_primary
+from clusterenv.hang.collect import collect_on_node, serve_hang_primary
 from clusterenv.hang.dumps import read_inputs
+from clusterenv.hang.messages import Collected, NodeReport
 from clusterenv.preflight import PreflightError, PreflightOptions
 from clusterenv.preflight.wire import FrameReader, Kind, Limits, encode_frame, encode_json
 from tests.hang_dumps import BEHIND, WORLD, Generated

@@ -11,8 +11,9 @@ dump at all is evidence too. clusterenv adds what the dumps lack: which node eac
 The parts: :mod:`~clusterenv.hang.recorder` (the variables the installed torch reads; used by
 ``doctor``), :mod:`~clusterenv.hang.enable` (turning the recorder on), :mod:`~clusterenv.hang.
 unpickle` (reading a pickle with no globals), :mod:`~clusterenv.hang.dumps` (files and names),
-:mod:`~clusterenv.hang.record` (the launch record), :mod:`~clusterenv.hang.attribute` (who
-stopped), :mod:`~clusterenv.hang.collect` (across nodes). The names below load on first use.
+:mod:`~clusterenv.hang.record` (the launch record), :mod:`~clusterenv.hang.attribute` and
+:mod:`~clusterenv.hang.report` (who stopped), :mod:`~clusterenv.hang.messages` and
+:mod:`~clusterenv.hang.collect` (across nodes). The names below load on first use.
 
 Example::
 
@@ -54,8 +55,8 @@ __all__ = [
 
 _HOMES = {
     "Call": "model", "GroupTrace": "model", "RankDump": "model",
-    "HangReport": "attribute", "NodeInfo": "attribute", "RankView": "attribute",
-    "Stall": "attribute", "attribute": "attribute",
+    "HangReport": "report", "NodeInfo": "report", "RankView": "report",
+    "Stall": "report", "attribute": "attribute",
     "CollectResult": "diagnose", "collect_hang": "diagnose", "diagnose_hang": "diagnose",
     "LaunchRecord": "record", "RecorderPlan": "enable", "apply_recorder": "enable",
     "plan_recorder": "enable", "read_inputs": "dumps", "TorchRecorder": "recorder",
@@ -64,13 +65,14 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
-    from clusterenv.hang.attribute import HangReport, NodeInfo, RankView, Stall, attribute
+    from clusterenv.hang.attribute import attribute
     from clusterenv.hang.diagnose import CollectResult, collect_hang, diagnose_hang
     from clusterenv.hang.dumps import read_inputs
     from clusterenv.hang.enable import RecorderPlan, apply_recorder, plan_recorder
     from clusterenv.hang.model import Call, GroupTrace, RankDump
     from clusterenv.hang.record import LaunchRecord
     from clusterenv.hang.recorder import TorchRecorder, find_torch
+    from clusterenv.hang.report import HangReport, NodeInfo, RankView, Stall
     from clusterenv.hang.unpickle import CorruptDump, DumpLimits, UnsafeDump, load_pickle
 
 

@@ -14,11 +14,13 @@ from clusterenv._jsonable import json_fields
 from clusterenv._root import as_root
 from clusterenv._values import format_host_port
 from clusterenv.config import ClusterConfig
-from clusterenv.hang.attribute import HangReport, attribute
-from clusterenv.hang.collect import NodeReport, collect_on_node, serve_hang_primary
+from clusterenv.hang.attribute import attribute
+from clusterenv.hang.collect import collect_on_node, serve_hang_primary
 from clusterenv.hang.dumps import read_inputs
 from clusterenv.hang.evidence import attach_evidence
+from clusterenv.hang.messages import NodeReport
 from clusterenv.hang.recorder import HANG_DIR_VARIABLE, default_hang_base
+from clusterenv.hang.report import HangReport
 from clusterenv.hang.unpickle import DEFAULT_DUMP_LIMITS, DumpLimits
 from clusterenv.preflight import PreflightOptions, default_port
 from clusterenv.preflight import _local_primary_address as local_primary

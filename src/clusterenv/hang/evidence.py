@@ -15,7 +15,7 @@ from typing import Any
 
 from clusterenv._text import clip
 from clusterenv.errors import DiscoveryError
-from clusterenv.hang.attribute import HangReport, NodeInfo
+from clusterenv.hang.report import HangReport, NodeInfo
 from clusterenv.nccl_log import read_nccl_log
 
 __all__ = ["attach_evidence"]
