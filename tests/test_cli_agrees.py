@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -15,8 +13,8 @@ import pytest
 from clusterenv.diagnosis import diagnose_with_plan
 from clusterenv.diagnosis.assumed import assumptions
 from tests.nccl_hosts import B0_ENV, b0
+from tests.venvs import partial_venv
 
-SRC = Path(__file__).parents[1] / "src"
 MULTI_NODE = {"MASTER_ADDR": "10.99.0.1", "MASTER_PORT": "29500", "NUM_NODES": "2",
               "NODE_RANK": "1", "NUM_TRAINERS": "1", "CLUSTERENV_NCCL_LIBRARY": "none"}
 
@@ -25,18 +23,8 @@ MULTI_NODE = {"MASTER_ADDR": "10.99.0.1", "MASTER_PORT": "29500", "NUM_NODES": "
 def no_torch_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Python with clusterenv's dependencies and no torch, as the README's
     ``pip install .`` venv on a node where PyTorch lives in another environment."""
-    base = tmp_path_factory.mktemp("notorch")
-    venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    deps = base / "deps"
-    deps.mkdir()
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if not entry.name.lower().startswith(("torch", "nvidia", "lightning", "accelerate",
-                                              "deepspeed")) and entry.suffix != ".pth":
-            (deps / entry.name).symlink_to(entry)
-    [site] = (venv / "lib").glob("python*/site-packages")
-    (site / "deps.pth").write_text(f"{deps}\n{SRC}\n")
+    venv = partial_venv(tmp_path_factory.mktemp("notorch"),
+                        without=("torch", "nvidia", "lightning", "accelerate", "deepspeed"))
     return venv / "bin" / "python"
 
 

@@ -205,12 +205,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     sections = [
         ("config", _pairs(_config_rows(facts.config))),
-        ("network", table(_network_rows(facts),
-                          ("interface", "state", "mtu", "speed", "addresses", "role"))),
-        ("rdma", table(_rdma_rows(facts),
-                       ("port", "state", "link", "Gb/s", "netdev", "gid", "usable"))
-         if facts.rdma.devices else "no RDMA device"),
-        ("host", _pairs(_host_rows(facts))),
+        *_node_sections(facts),
         ("plan (clusterenv env / apply_nccl_defaults)", _plan_text(plan)),
         ("NCCL bootstrap interface", _bootstrap_text(bootstrap) if bootstrap else "unknown"),
         ("findings", render_findings(findings)),
@@ -233,13 +228,20 @@ def _invalid(args: argparse.Namespace, facts: Facts, findings: list[Finding]) ->
         return 2
     sections = [
         ("config (invalid: nothing is planned until it is fixed)", str(error)),
+        *_node_sections(facts),
+        ("findings", render_findings(findings)),
+    ]
+    print("\n\n".join(f"{style(title, 'bold')}\n{body}" for title, body in sections))
+    return 2
+
+
+def _node_sections(facts: Facts) -> list[tuple[str, str]]:
+    """What this node has: its interfaces, RDMA ports and host facts."""
+    return [
         ("network", table(_network_rows(facts),
                           ("interface", "state", "mtu", "speed", "addresses", "role"))),
         ("rdma", table(_rdma_rows(facts),
                        ("port", "state", "link", "Gb/s", "netdev", "gid", "usable"))
          if facts.rdma.devices else "no RDMA device"),
         ("host", _pairs(_host_rows(facts))),
-        ("findings", render_findings(findings)),
     ]
-    print("\n\n".join(f"{style(title, 'bold')}\n{body}" for title, body in sections))
-    return 2
