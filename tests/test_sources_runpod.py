@@ -16,6 +16,7 @@ on ``ens1``, ``NODE_RANK`` 0 on the primary); the Slurm ones are srun's output e
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from clusterenv.config import check_config
 from clusterenv.preflight import collect_fingerprint
 from clusterenv.sources._base import Spelled, Unresolved
 from tests.nccl_hosts import b0
+from tests.simcluster import ClusterFactory
 from tests.test_config import RUNPOD, RUNPOD_NODE1
 from tests.test_sources_slurm_mpi import OMPI_TWO, SRUN_PER_NODE
 
@@ -93,6 +95,18 @@ def test_doctor_compares_spellings_by_what_they_resolve_to(
     assert "name different hosts (10.65.0.10 and 10.65.0.11)" in finding.title
     assert "pod-0 -> 10.65.0.11 (the snapshot's /etc/hosts)" in finding.evidence
     assert "10.65.0.10" in finding.fix and "10.65.0.11" not in finding.fix
+
+
+def test_launch_refuses_spellings_that_resolve_apart(tmp_path: Path) -> None:
+    from clusterenv.launch import plan_launch
+
+    b0(tmp_path, hosts=HOSTS_HEAD + "10.65.0.11\tpod-0\n")
+    env = {**NODE1, "MASTER_ADDR": "pod-0"}
+    plan = plan_launch(env, command=["train.py"], root=tmp_path, torchrun=["torchrun"])
+    assert "config-alias-mismatch" in {f.code for f in plan.errors}
+    b0(tmp_path, hosts=HOSTS_HEAD + "10.65.0.10\tpod-0\n")
+    plan = plan_launch(env, command=["train.py"], root=tmp_path, torchrun=["torchrun"])
+    assert "config-alias-mismatch" not in {f.code for f in plan.findings}
 
 
 def test_an_unresolvable_name_is_said_once_by_the_rendezvous_checks(tmp_path: Path) -> None:
@@ -260,3 +274,25 @@ def test_the_batch_script_assumes_node_0_and_is_not_judged_by_it() -> None:
     check = check_config(batch)
     assert check.config is not None and check.config.node_rank == 0, check.problems
     assert check.notes == ()
+
+
+# -- on a simulated cluster: the live resolver of the node (its /etc/hosts, no DNS) -------------
+
+
+def test_live_resolver_settles_a_named_master_addr(sim_cluster: ClusterFactory) -> None:
+    """``hosts="cluster"``: ``node-0`` resolves to node 0's ``ens1`` address, the primary's."""
+    cluster = sim_cluster(2, trainers=2, hosts="cluster")
+    worker = cluster.nodes[1]
+    cli = f"{sys.executable} -m clusterenv"
+    for name, expected in (("node-0", 0), ("node-1", 1)):
+        result = worker.run(["sh", "-c", f'eval "$({cli} env)" && {cli} doctor --json'],
+                            env=worker.env(MASTER_ADDR=name), timeout=60)
+        assert result.killed is None and result.returncode == expected, result.describe()
+        findings = json.loads(result.stdout)["findings"]
+        spelled = [f for f in findings if f["code"] == "config-alias-mismatch"]
+        if expected == 0:
+            assert spelled == [], spelled
+            continue
+        (finding,) = spelled
+        assert "MASTER_ADDR=node-1" in finding["title"], finding
+        assert "node-1 -> 10.65.0.3 (the system resolver)" in finding["evidence"], finding

@@ -50,13 +50,22 @@ def _fix(facts: Facts, pair: Unresolved, resolved: tuple[Resolution, Resolution]
             f"export {second.variable}=${first.variable}")
 
 
+def _unresolved(facts: Facts) -> tuple[Unresolved, ...]:
+    """The spellings reading left to a resolver; read again (purely, with the same source) when
+    the caller gave the facts a config of its own (``launch``)."""
+    if facts.check is not None:
+        return facts.check.unresolved
+    if facts.config is None:
+        return ()
+    from clusterenv.config import check_config  # noqa: PLC0415  # pydantic, as _facts does
+
+    return check_config(facts.environ, source=facts.config.source, root=facts.root).unresolved
+
+
 def _spellings(facts: Facts) -> list[Finding]:
     """Each pair of spellings that resolve to no common address."""
-    check = facts.check
-    if check is None:
-        return []
     out: list[Finding] = []
-    for pair in check.unresolved:
+    for pair in _unresolved(facts):
         first, second = _resolve(facts, pair.first.host), _resolve(facts, pair.second.host)
         if first.status != "resolved" or second.status != "resolved":
             continue
