@@ -152,10 +152,14 @@ def test_fm07_hca_prefix_collision(tmp_path: Path) -> None:
 
 def test_fm08_hca_matches_nothing(tmp_path: Path) -> None:
     ib_node(tmp_path, 8)
-    finding = only(run(tmp_path, NCCL_IB_HCA="mlx5_9"), "filter-matches-nothing")
-    assert finding.severity == "warning"  # TCP speed, not a failure
+    finding = only(run(tmp_path, NCCL_IB_HCA="mlx5_9", NCCL_SOCKET_IFNAME="ens1"),
+                   "filter-matches-nothing")
+    assert finding.severity == "warning"  # TCP over ens1: speed, not a failure
     assert "matches no HCA (have mlx5_0..mlx5_7); NCCL will silently fall back to TCP" in (
         finding.title)
+    # With NCCL_SOCKET_IFNAME unset the fallback sockets include eth0: the job hangs.
+    hang = only(run(tmp_path, NCCL_IB_HCA="mlx5_9"), "filter-matches-nothing")
+    assert hang.severity == "error" and "eth0" in hang.title
 
 
 def test_fm09_unusable_hca_in_the_list(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from clusterenv._facts import Facts, Proposal, with_origin
 from clusterenv.filters import IB_HCA, lint_filter, parse_filter, render_exact
 from clusterenv.findings import Finding
+from clusterenv.nccl.interface import rate_by_consequence, socket_interfaces
+from clusterenv.nccl.paths import transport
 from clusterenv.nccl.roce import gid_plan, gid_setting_findings, gid_value_findings
 from clusterenv.nccl.version import versions_text
 from clusterenv.rdma import RdmaDevice, RdmaPort, port_transport
@@ -204,6 +206,10 @@ def _hca_value(facts: Facts, value: str, origin: str) -> list[Finding]:
         ports=[(d.name, p.number) for d, p in nccl_ports(facts)], avoid=selection.avoid,
         suggest=suggest,
     )
+    # An HCA list that selects nothing sends the data over sockets: slower when they reach
+    # the other nodes, a hang when one of them does not.
+    if transport(facts)[0] == "sockets":
+        findings = rate_by_consequence(facts, findings, socket_interfaces(facts))
     return with_origin(findings, origin)
 
 
