@@ -107,6 +107,17 @@ def torch_required() -> None:
         skip_or_fail(reason)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _job_directories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``clusterenv launch`` and the torch integration create a job directory under
+    ``$XDG_CACHE_HOME/clusterenv/hang``: the commands tests start keep theirs in a temporary
+    directory, not in the home directory of whoever runs the suite."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def fr_dumps(tmp_path_factory: pytest.TempPathFactory) -> Generated:
     """Real flight-recorder dumps of three Gloo ranks, made once per session by torch itself

@@ -245,7 +245,8 @@ def base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     Deliberately not ``os.environ``: a developer's ``NCCL_*``/``GLOO_*``/``MASTER_*`` must not
     leak into a simulated node. Carries ``PATH`` (this interpreter's directory first), ``HOME``,
     ``LANG``, ``PYTHONUNBUFFERED``, ``VIRTUAL_ENV`` and ``PYTHONPATH`` when the code under test is
-    a source checkout, and ``CI`` / ``TMPDIR`` / ``COVERAGE_PROCESS_START`` when set.
+    a source checkout, and ``CI`` / ``TMPDIR`` / ``COVERAGE_PROCESS_START`` /
+    ``XDG_CACHE_HOME`` (where launch's job directories go) when set.
 
     Args:
         environ: where ``HOME``, ``CI`` and friends are read; ``None`` is ``os.environ``.
@@ -268,7 +269,7 @@ def base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     package_parent = Path(clusterenv.__file__).resolve().parents[1]
     if package_parent.name == "src":  # a checkout: make sure nodes run this very code
         env["PYTHONPATH"] = str(package_parent)
-    for name in ("CI", "TMPDIR", "COVERAGE_PROCESS_START"):
+    for name in ("CI", "TMPDIR", "COVERAGE_PROCESS_START", "XDG_CACHE_HOME"):
         if name in environ:
             env[name] = environ[name]
     return env
