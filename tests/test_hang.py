@@ -137,6 +137,21 @@ def test_nothing_readable_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["hang", str(tmp_path / "nope")]) == 2
 
 
+def test_dumps_of_a_recorder_that_was_off_are_nothing_to_judge(
+    tmp_path: Path, fr_dumps: Generated
+) -> None:
+    # With a buffer size of 0, torch's dump has an empty "entries" list (tests/scripts/
+    # fr_buffer.py counts them): these are real JSON dumps with their entries taken out.
+    for rank in range(WORLD):
+        name = f"trace-fakehost-rank{rank}.json"
+        dump = json.loads((fr_dumps.stall / "json" / name).read_text())
+        dump["entries"] = []
+        (tmp_path / name).write_text(json.dumps(dump))
+    report = diagnose_hang([tmp_path])
+    assert report.verdict == "unreadable" and report.exit_code == 2
+    assert "hold no recorder entry" in report.title
+
+
 def test_json_output_is_the_report(fr_dumps: Generated, capsys: pytest.CaptureFixture[str]
                                    ) -> None:
     assert main(["hang", "--json", str(fr_dumps.stall)]) == 1

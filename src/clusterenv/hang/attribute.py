@@ -258,6 +258,13 @@ def attribute(
     if not dumps:
         return HangReport("unreadable", "no readable flight-recorder dump", nodes=nodes,
                           world_size=world, world_source=world_source, notes=tuple(notes))
+    if not any(d.entries for d in dumps):  # nothing to judge is not "every rank agrees"
+        return HangReport(
+            "unreadable", f"the {len(dumps)} dump(s) read hold no recorder entry: the flight "
+            "recorder was off (a buffer size of 0; `clusterenv doctor` says) or no collective "
+            "ran", nodes=nodes, world_size=world, world_source=world_source,
+            ranks_read=tuple(sorted(by_rank)), failures=failures, notes=tuple(notes),
+            dumps=tuple(dumps))
     names = sorted({g.name for d in dumps for g in d.groups}, key=lambda n: (len(n), n))
     stalls: list[Stall] = []
     agreed: list[str] = []
