@@ -69,6 +69,7 @@ def test_the_names_and_default_are_read_from_the_installed_torch(torch_required:
     for name in (*found.buffer_size, *found.dump_file):
         assert name in facts["library_names"], name
     assert DUMP_ON_TIMEOUT in facts["nccl_header_names"]
+    assert found.dump_on_timeout is True
     assert found.buffer_size == BUFFER_SIZE_NAMES and found.dump_file == DUMP_FILE_NAMES
 
 

@@ -30,7 +30,7 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -73,6 +73,7 @@ _HEADERS = (
     "include/torch/csrc/distributed/c10d/TraceUtils.h",
     "include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp",
 )
+_NCCL_HEADER = "include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp"
 _CVAR_INT = re.compile(r"getCvarInt\(\s*\{([^{}]{1,400})\}\s*,\s*(-?[0-9]{1,12})\s*\)")
 _QUOTED = re.compile(r'"([A-Z0-9_]{1,80})"')
 _MAX_HEADER_BYTES = 1024 * 1024
@@ -91,6 +92,8 @@ class TorchRecorder:
         default_entries: Entries kept when no variable is set, e.g. ``2000``; None when unknown.
         evidence: Where this was read, e.g. ``"torch 2.13.0+cpu: include/torch/csrc/
             distributed/c10d/FlightRecorder.hpp"``.
+        dump_on_timeout: Whether its NCCL process group reads ``TORCH_NCCL_DUMP_ON_TIMEOUT``
+            (its ``ProcessGroupNCCL.hpp`` names it); None when unknown.
     """
 
     version: str | None
@@ -98,6 +101,7 @@ class TorchRecorder:
     dump_file: tuple[str, ...]
     default_entries: int | None
     evidence: str
+    dump_on_timeout: bool | None = None
 
     @classmethod
     def by_version(cls, version: str | None, evidence: str) -> TorchRecorder:
@@ -146,6 +150,12 @@ def _find_torch(search_path: tuple[str, ...]) -> TorchRecorder | None:
     except metadata.PackageNotFoundError:
         version = None
     where = Path(next(iter(spec.submodule_search_locations)))
+    dump_on_timeout: bool | None = None
+    try:
+        with open(where / _NCCL_HEADER, "rb") as header:
+            dump_on_timeout = f'"{DUMP_ON_TIMEOUT}"'.encode() in header.read(_MAX_HEADER_BYTES)
+    except OSError:
+        pass
     for relative in _HEADERS:
         try:
             with open(where / relative, "rb") as header:
@@ -157,9 +167,11 @@ def _find_torch(search_path: tuple[str, ...]) -> TorchRecorder | None:
             continue
         names, default = found
         dump = DUMP_FILE_NAMES if names[0] == BUFFER_SIZE_NAMES[0] else DUMP_FILE_NAMES[1:]
-        return TorchRecorder(version, names, dump, default, f"torch {version}: {relative}")
-    return TorchRecorder.by_version(version, f"torch {version}: no recorder header shipped; "
-                                    "names by version")
+        return TorchRecorder(version, names, dump, default, f"torch {version}: {relative}",
+                             dump_on_timeout)
+    by_version = TorchRecorder.by_version(version, f"torch {version}: no recorder header "
+                                          "shipped; names by version")
+    return replace(by_version, dump_on_timeout=dump_on_timeout)
 
 
 def stoi(text: str) -> int | None:

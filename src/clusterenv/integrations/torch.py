@@ -235,8 +235,8 @@ def init_process_group(
 
 def _dump_on_failure(env: MutableMapping[str, str], recorder: RecorderPlan, backend: str,
                      config: ClusterConfig, local_rank: int) -> bool:
-    """Install the dump-on-failure hook unless torch dumps by itself (NCCL with
-    ``TORCH_NCCL_DUMP_ON_TIMEOUT`` on) or no dump location is known."""
+    """Install the dump-on-failure hook unless torch dumps by itself (an NCCL build that reads
+    ``TORCH_NCCL_DUMP_ON_TIMEOUT``, with it on) or no dump location is known."""
     import torch.distributed as dist
 
     from clusterenv.hang.recorder import DUMP_FILE_NAMES, DUMP_ON_TIMEOUT
@@ -246,9 +246,10 @@ def _dump_on_failure(env: MutableMapping[str, str], recorder: RecorderPlan, back
     prefix = next((env[n] for n in names if env.get(n)), None)
     if prefix is None:
         return False
-    if "nccl" in backend and env.get(DUMP_ON_TIMEOUT, "").strip().lower() in (
+    torch_dumps = recorder.torch is not None and recorder.torch.dump_on_timeout is True
+    if "nccl" in backend and torch_dumps and env.get(DUMP_ON_TIMEOUT, "").strip().lower() in (
             "1", "y", "yes", "t", "true"):
-        return False
+        return False  # the NCCL watchdog writes the dump itself
     node = env.get("GROUP_RANK")
     _fr_dump.install(prefix=prefix, rank=dist.get_rank(), world_size=dist.get_world_size(),
                      backend=backend, local_rank=local_rank,
