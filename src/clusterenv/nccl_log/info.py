@@ -1,11 +1,9 @@
-"""What one NCCL log line says, from its text alone (pure functions, no state).
+"""What an ``NCCL INFO`` message states, from its text alone (pure functions, no state).
 
-A line is ``<launcher prefix><host>:<pid>:<tid> [<cuda dev>] [<file>:<line>] NCCL INFO|WARN <msg>``
-where everything before the marker is optional. :func:`parse_info` turns the message of an INFO
-line into a *fact*, a tuple whose first item names what it is (``("bootstrap", endpoint)``,
-``("env", "NCCL_IB_HCA", "mlx5_0")``) or None for the many lines that say nothing we need.
-The stateful parser (:mod:`clusterenv.nccl_log.parse`) caches facts by message text, since
-every rank prints the same messages.
+:func:`parse_info` turns the message of an INFO line into a *fact*, a tuple whose first item
+names what it is (``("bootstrap", endpoint)``, ``("env", "NCCL_IB_HCA", "mlx5_0")``) or None for
+the many lines that say nothing we need. The stateful parser (:mod:`clusterenv.nccl_log.parse`)
+caches facts by message text, since every rank prints the same messages.
 
 Every pattern is ASCII with bounded quantifiers: arbitrary text must neither crash ``int()`` (which
 refuses more than 4300 digits) nor make a regular expression backtrack for long.
@@ -15,46 +13,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 
+from clusterenv.nccl_log.lines import CONNECT, FI_EMPTY, RESULT_NAMES, TRACE
 from clusterenv.nccl_log.model import INTERNAL_NETWORKS, SocketEndpoint, parse_ip
 
-__all__ = [
-    "FI_EMPTY",
-    "TORCH_ERROR",
-    "VERSION",
-    "Fact",
-    "fi_getinfo",
-    "find_marker",
-    "kind_of",
-    "message_end",
-    "parse_header",
-    "parse_info",
-    "source_of",
-    "split_messages",
-]
+__all__ = ["TORCH_ERROR", "VERSION", "Fact", "fi_getinfo", "parse_info", "trace_fact"]
 
 #: ``("op", *arguments)``; see :func:`parse_info`.
 Fact = tuple[Any, ...]
 
 _A = re.ASCII
-# A host name is letters, digits, "_", "." and "-" (RFC 1123 and container/pod names); anything
-# else in front of it (a launcher's "[1,0]<stdout>:", a CloudWatch " | " column, quotes) is a
-# decoration.
-_HEADER = re.compile(
-    r"([\w.-]{1,253}):([0-9]{1,10}):[0-9]{1,10} \[([0-9]{1,5})\] ?"
-    r"(?:[\w./+-]{1,200}:[0-9]{1,6} ?)?$",
-    _A,
-)
-# An ISO 8601 / syslog-style date and time, possibly glued to the host name that follows it
-# (CloudWatch exports print "2025-03-01T12:00:00.123-07:00node1:42:42 [0] NCCL INFO ...").
-_TIMESTAMP = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:[.,][0-9]{1,9})?)?"
-    r"(?:Z|[+-][0-9]{2}(?::?[0-9]{2})?)?",
-    _A,
-)
-_SOURCE = re.compile(r"([\w./+-]{1,200}\.(?:cc|cu|cpp|c|h):[0-9]{1,6}) ?$", _A)
 #: ``NCCL version 2.27.5+cuda12.9``: group 1 the version, group 2 the CUDA version.
 VERSION = re.compile(
     r"NCCL version ([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3})[^\s+]{0,20}"
@@ -93,152 +62,24 @@ _CHANNEL_NET = re.compile(
 )
 _COMM = re.compile(r"\brank ([0-9]{1,7}) n[Rr]anks ([0-9]{1,7})", _A)
 _NRANKS = re.compile(r"\bn[Rr]anks[ =:]{1,3}([0-9]{1,7})\b", _A)
-#: libfabric's ``fi_getinfo: provider efa output empty list`` (or ``returned -61 (No data
-#: available)``): the provider has no usable device in this process.
-FI_EMPTY = re.compile(
-    r"fi_getinfo: provider ([\w;.-]{1,64}) (?:output empty list|returned -[0-9]{1,5}"
-    r"(?: \([^)]{0,60}\))?)",
-    _A,
-)
 _NNODES = re.compile(r"\bnNodes ([0-9]{1,6})", _A)
 _DMABUF = re.compile(r"DMA-BUF is available on GPU device ([0-9]{1,3})", _A)
-_TRACE = re.compile(r"([\w./+-]{1,200}\.(?:cc|cu|cpp|c|h)):([0-9]{1,6}) -> ([0-9]{1,3})\b", _A)
+_DRIVER = re.compile(r"cudaDriverVersion ([0-9]{1,9})", _A)
 _LOADED_PLUGIN = re.compile(r"Loaded (?:net|NET) plugin (.{1,64}?)(?: \(v[0-9]{1,3}\))?\.?$", _A)
+_PLUGIN_ERROR = re.compile(
+    r"(?:Most recent plugin load|Plugin load(?: \([^)]{0,200}\))?) returned ([0-9]{1,5}) ?: ?"
+    r"(.{0,400}?)\.?(?: ?: when loading \S{1,200})?(?: All attempts .{0,200})?$",
+    _A,
+)
 _OFI_VERSION = re.compile(r"NET/OFI Using aws-ofi-nccl ([0-9][\w.+-]{0,30})", _A)
 _OFI_PROVIDER = re.compile(
     r"Selected [Pp]rovider is (\S{1,64})(?:,? \(found ([0-9]{1,5}) nics\))?", _A
 )
 _OFI_GROUP = re.compile(r"NIC group ([0-9]{1,4}) device #[0-9]{1,3} (\S{1,64})", _A)
 _TROUBLE = re.compile(r"(?i)invalid|fail|error|unable|couldn't|could not|not supported")
-
-_RESULT_NAMES = {
-    "1": "ncclUnhandledCudaError",
-    "2": "ncclSystemError",
-    "3": "ncclInternalError",
-    "4": "ncclInvalidArgument",
-    "5": "ncclInvalidUsage",
-    "6": "ncclRemoteError",
-    "7": "ncclInProgress",
-}
-
-# A socket call that failed: a WARN of kind "connect", and a notice when NCCL logs it as INFO.
-_CONNECT = re.compile(
-    r"(?i)(?:connect|recv|send)\w*\b.{0,200}?"
-    r"(?:timed out|refused|abort|unreachable|no route to host|reset by peer|timeout)"
-)
-# The first matching rule names what a WARN (or notable INFO) line is about.
-_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("memlock", re.compile(r"ibv_reg_mr|RLIMIT_MEMLOCK|Cannot allocate memory")),
-    ("ibverbs", re.compile(r"ibv_open_device|libibverbs|Unable to open device|ibv_get_device")),
-    # "Got completion from peer 10.1.1.2<46045> with error 12" (NCCL <= 2.22), "... with
-    # status=12" / "status=transport retry counter exceeded(12)" (newer); IBV_WC_* names
-    ("ib-completion", re.compile(r"[Cc]ompletion .{0,200}?(?:with error|status[ =])|IBV_WC_")),
-    ("ib-qp", re.compile(r"ibv_modify_qp|ibv_poll_cq|ibv_create_qp")),
-    ("shm", re.compile(r"posix_fallocate|No space left on device|shared memory|[Ss]hmOpen")),
-    (
-        "no-interface",
-        re.compile(r"no socket interface|[Nn]o IP interface|no interface found|neither AF_INET"),
-    ),
-    # fatal to the communicator: a CUDA call failed, or the proxy thread gave up on a peer
-    (
-        "fatal",
-        re.compile(
-            r"Cuda failure|CUDA error|cuda[A-Z]\w{0,40} failed|Proxy Service [0-9]{1,5}\] Failed|"
-            r"Failed to execute operation|Error encountered progressing operation"
-        ),
-    ),
-    ("connect", _CONNECT),
-    ("ofi-no-provider", FI_EMPTY),
-    ("plugin", re.compile(r"NET/OFI|NET/Plugin|libnccl-net|[Pp]lugin")),
-)
-
-
-@lru_cache(maxsize=4096)
-def kind_of(text: str) -> str:
-    """What a warning is about, e.g. ``"ibverbs"`` for ``Call to ibv_open_device failed``."""
-    for kind, pattern in _KINDS:
-        if pattern.search(text):
-            return kind
-    return "other"
-
-
-def find_marker(line: str, start: int = 0) -> int:
-    """Index of the first ``NCCL INFO `` / ``NCCL WARN `` marker at or after ``start``, or -1."""
-    pos = line.find("NCCL ", start)
-    while pos >= 0:
-        tag = line[pos + 5 : pos + 10]
-        if tag in ("INFO ", "WARN "):
-            return pos
-        pos = line.find("NCCL ", pos + 5)
-    return -1
-
-
-def split_messages(line: str, first: int) -> list[tuple[str, str, bool]]:
-    """Every NCCL message in a line: ``(text before it, message, is WARN)`` triples.
-
-    ``first`` is the index of the first marker. Several processes may have written into one line,
-    and exports repeat a message in a second column (``... | node1:1:1 [0] NCCL INFO same``):
-    a message ends where the next ``host:pid:tid [dev]`` header or marker begins, and exact
-    repeats (same process, same text) are kept once.
-    """
-    markers: list[int] = []
-    pos = first
-    while pos >= 0 and len(markers) < 64:
-        markers.append(pos)
-        pos = find_marker(line, pos + 10)
-    starts = []  # where the header of each marker begins (the marker itself when none)
-    low = 0
-    for pos in markers:
-        region = line[max(low, pos - 600) : pos]
-        match = _HEADER.search(region)
-        starts.append(pos - len(region) + match.start() if match else pos)
-        low = pos + 10
-    out: list[tuple[str, str, bool]] = []
-    seen: set[tuple[object, bool, str]] = set()
-    low = 0
-    for i, pos in enumerate(markers):
-        end = starts[i + 1] if i + 1 < len(markers) else len(line)
-        head, msg = line[low:pos], message_end(line[pos + 10 : end])
-        low = pos + 10
-        header = parse_header(head)
-        key = (header[:2] if header else None, line[pos + 5] == "W", msg)
-        if key in seen or (header is None and msg and any(k[2] == msg for k in seen)):
-            continue
-        seen.add(key)
-        out.append((head, msg, key[1]))
-    return out
-
-
-def parse_header(head: str) -> tuple[str, int, int] | None:
-    """``"[rank3]:node1:4242:4250 [3] "`` -> ``("node1", 4242, 3)``; None without a prefix.
-
-    Whatever precedes ``host:pid:tid [dev]`` is a decoration, including a timestamp glued to the
-    host name (``...-07:00node1:42:42 [0]`` is host ``node1``, not ``00node1``).
-    """
-    tail = head[-600:]
-    match = _HEADER.search(tail)
-    if match is None:
-        return None
-    host, start = match.group(1), match.start(1)
-    for stamp in _TIMESTAMP.finditer(tail, max(0, start - 40), match.end(1)):
-        if stamp.start() < start < stamp.end() < match.end(1):
-            host = tail[stamp.end() : match.end(1)]
-            break
-    return host, int(match.group(2)), int(match.group(3))
-
-
-def message_end(text: str) -> str:
-    """A message without what exports append: a ``" | "`` column, trailing quotes or spaces."""
-    bar = text.find(" | ")
-    if bar >= 0:
-        text = text[:bar]
-    return text.strip().rstrip('|"').rstrip()
-
-
-def source_of(head: str) -> str | None:
-    """The NCCL source location a WARN line names before its marker, e.g. ``misc/ibvwrap.cc:63``."""
-    match = _SOURCE.search(head[-300:])
-    return match.group(1) if match else None
+# NET/<name> lines of a plugin network other than NCCL's own (NET/IB, NET/Socket), its plugin
+# loader (NET/Plugin) and aws-ofi-nccl (NET/OFI, read on its own)
+_NET_NAME = re.compile(r"NET/([A-Za-z][\w.-]{0,40}(?: [A-Za-z][\w.-]{0,40})?) ?: ", _A)
 
 
 def _endpoint(token: str) -> SocketEndpoint | None:
@@ -329,14 +170,26 @@ def _gdr_hca(text: str) -> Fact | None:
 
 def _net_plugin(msg: str) -> Fact | None:
     rest = _after(msg, 10)
+    if "v4 and lower are not supported" in rest or "symbol (v4 or v5)" in rest:
+        # the library loaded but offers no API version this NCCL accepts (src/net.cc)
+        return ("plugin_rejected", "it implements only a plugin API older than this NCCL accepts")
     if "symbol" in rest or "Failed to find ncclNet".startswith(rest[:22]):
         return None  # "Failed to find ncclNetPlugin_v10 symbol.": probing API versions is normal
+    if rest.startswith(("Could not find:", "Using internal")):
+        return None  # no plugin library installed (ENOENT): NCCL uses its own networks
+    error = _PLUGIN_ERROR.search(rest)
+    if error:
+        return ("plugin_error", error.group(2).strip())
     if rest.startswith("Plugin name set by env to"):
         library = rest[len("Plugin name set by env to") :].strip()
         return ("plugin_requested", library) if library else None
     loaded = _LOADED_PLUGIN.search(rest)
     if loaded:
         return ("plugin_loaded", loaded.group(1).strip())
+    if ": " in rest and (".so" in rest.split(": ", 1)[0] or "cannot open" in rest
+                         or "undefined symbol" in rest or "not found" in rest):
+        # 2.22+: "NET/Plugin: libnccl-net.so: <dlopen error>" for anything but ENOENT
+        return ("plugin_error", rest.split(": ", 1)[1].strip())
     lowered = rest.lower()
     if "could not" in lowered or "returned" in lowered or "fail" in lowered:
         return ("plugin_trouble",)
@@ -375,6 +228,10 @@ def _net(msg: str) -> Fact | None:
         return _net_ofi(msg)
     if "GPU Direct RDMA" in msg:  # NET/IBext_v8, NET/AWS Libfabric, ...
         return _gdr_hca(msg)
+    named = _NET_NAME.match(msg)
+    if named and not named.group(1).startswith(("IB", "Socket", "Plugin", "OFI")):
+        # NET/GPUDirectTCPX, NET/FastSocket, NET/AWS Libfabric, ...: a plugin network at work
+        return ("net_named", named.group(1))
     return None
 
 
@@ -429,13 +286,26 @@ def _comm(msg: str) -> Fact | None:
     nodes = _NNODES.search(msg)
     alone = None if ranks else _NRANKS.search(msg)  # NCCL 2.4: "nranks 16" without "rank N"
     if ranks is None and nodes is None and alone is None:
-        return None
+        return _progress(msg)
     return (
         "comm",
         int(ranks.group(1)) if ranks else None,
         int(ranks.group(2)) if ranks else int(alone.group(1)) if alone else None,
         int(nodes.group(1)) if nodes else None,
+        "Init COMPLETE" in msg,
     )
+
+
+def _progress(msg: str) -> Fact | None:
+    """Lines that show a communicator got past setup: an error return before them was handled."""
+    if "Init COMPLETE" in msg or msg.startswith("Connected all"):
+        return ("progress",)
+    return None
+
+
+def _driver(msg: str) -> Fact | None:
+    match = _DRIVER.match(msg)
+    return ("driver", match.group(1)) if match else None
 
 
 def _initialized(msg: str) -> Fact | None:
@@ -452,18 +322,24 @@ def _external(msg: str) -> Fact | None:
 
 
 def _connect(msg: str) -> Fact | None:
-    if msg.startswith("Connected") or not _CONNECT.search(msg):
+    if msg.startswith("Connected"):
+        return _progress(msg)
+    if not CONNECT.search(msg):
         return None
     return ("notice", "connect")
 
 
-def _trace(msg: str) -> Fact | None:
-    match = _TRACE.match(msg)
+def trace_fact(msg: str) -> Fact | None:
+    """``("trace", "init.cc:1234", code or None, "init.cc:1234 -> 2 (ncclSystemError)")`` for a
+    return chain line; the code is None when the line was cut after ``->``."""
+    match = TRACE.match(msg)
     if match is None:
         return None
     source = f"{match.group(1)}:{match.group(2)}"
     code = match.group(3)
-    return ("trace", source, f"{source} -> {code} ({_RESULT_NAMES.get(code, 'error')})")
+    if code is None:
+        return ("trace", source, None, f"{source} -> (cut off)")
+    return ("trace", source, code, f"{source} -> {code} ({RESULT_NAMES.get(code, 'error')})")
 
 
 # Dispatch on the first four characters of the message: one dict lookup for most lines.
@@ -484,6 +360,7 @@ _BY_HEAD: dict[str, Callable[[str], Fact | None]] = {
     "Call": _connect,
     "sock": _connect,
     "Conn": _connect,
+    "cuda": _driver,
 }
 
 
@@ -501,12 +378,14 @@ def parse_info(msg: str) -> Fact | None:
         fact = parse(msg)
         if fact is not None:
             return fact
-    if " -> " in msg:
-        return _trace(msg)
+    if " ->" in msg:
+        return trace_fact(msg)
     if "anks" in msg:
         return _comm(msg)
     if "fi_getinfo" in msg:
         return fi_getinfo(msg)
+    if "COMPLETE" in msg:
+        return _progress(msg)
     return None
 
 

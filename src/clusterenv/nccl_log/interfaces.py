@@ -134,8 +134,10 @@ def _routable(endpoint: SocketEndpoint) -> bool:
 def _private_evidence(log: NcclLog, name: str, users: list[RankInfo]) -> list[str]:
     """What in the log shows that NCCL's 172.16.0.0/12 interface ``name`` is the wrong one."""
     found: list[str] = []
+    bootstrapped = {r.bootstrap_interface for r in users}
     others = {str(e): e for r in users for e in (*r.socket_interfaces, r.oob)
-              if e is not None and e.interface != name and _routable(e)}
+              if e is not None and e.interface != name and e.interface not in bootstrapped
+              and _routable(e)}
     if others:
         found.append("NCCL also listed " + ", ".join(sorted(others)[:3]) + " and did not use "
                      "it for bootstrap")
@@ -163,10 +165,9 @@ def _roles(rank: RankInfo) -> list[tuple[str, str, str | None]]:
     if rank.bootstrap_interface:
         roles.append(("bootstrap", rank.bootstrap_interface, rank.bootstrap_address))
     if rank.transport in (None, "Socket"):
-        used = [i for network, i in rank.channel_devices if network == "Socket"]
-        endpoints = ([rank.socket_interfaces[i] for i in used if i < len(rank.socket_interfaces)]
-                     if used else rank.socket_interfaces)
-        roles += [("NET/Socket", e.interface, e.address) for e in endpoints]
+        # every entry of the list: NCCL spreads channels over all of them, and a log rarely
+        # shows every channel (those a channel line shows are socket_channel_checks' to report)
+        roles += [("NET/Socket", e.interface, e.address) for e in rank.socket_interfaces]
     if rank.oob is not None:
         roles.append(("NET/IB OOB", rank.oob.interface, rank.oob.address))
     return roles

@@ -4,7 +4,7 @@ and the checks can share them without importing each other)."""
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from clusterenv._jsonable import json_fields
@@ -90,6 +90,12 @@ class RankInfo:
         channel_devices: The network devices its channels go through, as ``(network, index)``
             pairs, e.g. ``(("Socket", 1),)`` for ``via NET/Socket/1``: the index is the ``[1]``
             entry of that network's ``Using`` list.
+        facts: Its fact table, the facts that are compared across processes, by name, e.g.
+            ``{"NCCL version": "2.27.5", "network": "IB", "bootstrap subnet": "10.99.91.0/24",
+            "NCCL_IB_HCA": "mlx5_0"}`` (:mod:`clusterenv.nccl_log.facts` names them all).
+        failure: The return chain that ended its NCCL call, when nothing after it shows NCCL
+            carried on, e.g. ``"bootstrap.cc:95 -> 2 (ncclSystemError)"``; None when it has none.
+        failure_line: Line number of that chain's last step.
     """
 
     host: str | None
@@ -110,6 +116,9 @@ class RankInfo:
     env: dict[str, str]
     first_line: int
     channel_devices: tuple[tuple[str, int], ...] = ()
+    facts: dict[str, str] = field(default_factory=dict)
+    failure: str | None = None
+    failure_line: int | None = None
 
     @property
     def label(self) -> str:
@@ -246,6 +255,13 @@ class LogMessage:
         count: How many times it appeared.
         first_line: Line number (1-based) of its first appearance.
         hosts: Hosts that printed it.
+        cls: Its meaning class in the catalogue of NCCL's messages, e.g. ``"socket"``
+            (:func:`~clusterenv.nccl_log.catalogue.lookup_message`); None when not catalogued.
+        origin: Where the catalogue says it is printed, e.g. ``"src/misc/socket.cc:49
+            (v2.16.2-1) .. :58 (v2.30.7-1)"``.
+        fails: NCCL returns an error right after printing it (by its source), or the catalogue
+            marks it fatal.
+        processes: The processes that printed it (``"host:pid"``, at most 16).
     """
 
     text: str
@@ -254,6 +270,10 @@ class LogMessage:
     count: int
     first_line: int
     hosts: tuple[str, ...]
+    cls: str | None = None
+    origin: str | None = None
+    fails: bool = False
+    processes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data: the fields above."""
@@ -281,7 +301,11 @@ class NcclLog:
         errors: Error returns (``init.cc:1234 -> 2``) and PyTorch's ``NCCL error`` lines.
         notices: INFO lines that report a problem, e.g. ``NET/IB : No device found.``.
         lines_read: Lines read.
-        lines_matched: Lines carrying an ``NCCL INFO`` or ``NCCL WARN`` marker.
+        lines_matched: Lines recognised: those carrying an ``NCCL INFO`` or ``NCCL WARN``
+            marker, and the failure lines of the programs around NCCL (PyTorch's exceptions and
+            watchdog, nccl-tests, libibverbs, NCCL's own older formats).
+        banners: ``NCCL version`` banners printed without a host prefix (``NCCL_DEBUG=VERSION``
+            or ``WARN``), as ``(version, line number)``; one per process that printed it.
     """
 
     version: str | None
@@ -300,6 +324,7 @@ class NcclLog:
     notices: tuple[LogMessage, ...]
     lines_read: int
     lines_matched: int
+    banners: tuple[tuple[str, int], ...] = ()
 
     @property
     def transport(self) -> str | None:
@@ -313,13 +338,22 @@ class NcclLog:
 
     @property
     def multi_node(self) -> bool | None:
-        """Whether the job spans nodes: True, False (NCCL said ``nNodes 1``) or None (unknown)."""
-        # channels through a network (NET/IB, NET/Socket, a plugin) connect different nodes
-        if (self.nnodes or 0) > 1 or len(self.hosts) > 1 or any(
-            r.channel_devices for r in self.ranks
-        ):
+        """Whether the job spans nodes: True, False or None (unknown).
+
+        True when NCCL said ``nNodes 2`` or more, or processes of several hosts are in the log;
+        False when NCCL said ``nNodes 1``, or when one host's processes are every rank of their
+        communicators; else channels through a network (``via NET/...``) suggest other nodes.
+        """
+        if (self.nnodes or 0) > 1 or len(self.hosts) > 1:
             return True
-        return False if self.nnodes == 1 else None
+        if self.nnodes == 1:
+            return False
+        ranks = {r.rank for r in self.ranks if r.pid is not None and r.rank is not None}
+        if self.hosts and self.nranks and len(ranks) >= self.nranks:
+            return False  # every rank of the communicator is on this one host
+        if any(r.channel_devices for r in self.ranks):
+            return True
+        return None
 
     def messages(self, kind: str) -> tuple[LogMessage, ...]:
         """Warnings, errors and notices of one ``kind``, e.g. ``"ibverbs"``."""
