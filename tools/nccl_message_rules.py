@@ -215,6 +215,7 @@ _WORD_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("nvls", r"NVLS|[Mm]ulticast|fabric manager|Fabric Manager"),
         ("cuda", r"Cuda failure|CUDA failure|CUDA error|Cuda error|cudaErr|CUDA driver|"
                  r"maxSharedMem"),
+        ("memory", r"[Mm]alloc|[Cc]alloc|out of memory|Cannot allocate memory"),
         ("net-plugin", r"^NET/Plugin|[Pp]lugin load|libnccl-net|ncclNetPlugin"),
         ("config", r"set by environment|Invalid config|Invalig config|[Cc]omm config|"
                    r"^ENV:|is being ignored|NCCL_[A-Z0-9_]+ (?:is|set|must|should|value|=)"),
@@ -253,7 +254,9 @@ _PATH_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("plugin", r"plugin/|misc/profiler|misc/tuner"),
         ("gdrcopy", r"gdrwrap"),
         ("nvml", r"nvmlwrap"),
-        ("cuda", r"cudawrap|strongstream|include/checks\.h|include/core\.h|include/utils\.h"),
+        ("cuda", r"cudawrap|strongstream"),
+        # the generic wrappers (SYSCHECK, NCCLCHECK); their CUDA ones are classed by their words
+        ("system", r"include/checks\.h|include/core\.h|include/utils\.h"),
         ("mnnvl", r"mnnvl"),
         ("topology", r"/graph/|include/nvlink|include/topo"),
         ("proxy", r"src/proxy\."),

@@ -111,7 +111,10 @@ class _Entry:
             if needle not in text:
                 return None
         if self.pattern is None:
-            self.pattern = re.compile(self.fields[4] + r"\s*", re.DOTALL)
+            regex = self.fields[4]
+            # a closing quote is what log exports strip (CSV columns): it may be missing
+            regex = regex[:-1] + '"?' if regex.endswith('"') else regex
+            self.pattern = re.compile(regex + r"\s*", re.DOTALL)
         return self.pattern.fullmatch(text)
 
 

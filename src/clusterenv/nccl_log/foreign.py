@@ -74,23 +74,29 @@ class Foreign:
     head: str = ""
 
 
-def _undecorated(line: str) -> str:
+def _undecorated(line: str) -> list[str]:
+    """The line, then the line without each decoration in turn (an exception's type such as
+    ``ncclInternalError:`` is a decoration of some messages and the start of others)."""
     text = line.strip()
+    texts = [text]
     for _ in range(8):
         found = _DECORATION.match(text)
         if found is None or not found.group(0):
             break
-        text = text[found.end() :]
-    return text.strip()
+        text = text[found.end() :].strip()
+        texts.append(text)
+    return texts
 
 
 def _kind(match: CatalogueMatch, text: str) -> str:
-    return _TORCH_KINDS.get(match.cls) or kind_of(text)
+    return _TORCH_KINDS.get(match.cls) or kind_of(text, match.cls)
 
 
-def _lookup(text: str) -> tuple[str, CatalogueMatch] | None:
-    """The catalogued message that starts ``text`` or one of its parts after ``": "``/``"] "``."""
-    candidates = [text]
+def _lookup(texts: list[str]) -> tuple[str, CatalogueMatch] | None:
+    """The catalogued message that one of ``texts`` is, or the last of them holds after a
+    ``": "`` or ``"] "``."""
+    candidates = list(dict.fromkeys(texts[1:] or texts))
+    text = texts[-1]
     for found in _STARTS.finditer(text):
         if len(candidates) > _MAX_STARTS:
             break
@@ -123,11 +129,11 @@ def recognise(line: str) -> Foreign | None:
     old = _V1_WARN.search(line)
     if old is not None:
         return Foreign("warn", old.group(2).strip(), head=old.group(1) + " ")
-    text = _undecorated(line)
-    banner = _BANNER.match(text)
+    texts = _undecorated(line)
+    banner = _BANNER.match(texts[-1])
     if banner is not None:
         return Foreign("banner", banner.group(1))
-    found = _lookup(text)
+    found = _lookup(texts)
     if found is None:
         return None
     message, match = found
@@ -137,6 +143,6 @@ def recognise(line: str) -> Foreign | None:
 def recognise_last_error(line: str) -> Foreign:
     """The line after PyTorch's ``Last error:``: NCCL's last WARN text, with its class when the
     catalogue knows it (a warning of unknown text stays a warning)."""
-    text = _undecorated(line)
+    text = _undecorated(line)[-1]
     match = lookup_message(text, warning=True) if text else None
-    return Foreign("last-error", text[:4000], kind_of(text), match)
+    return Foreign("last-error", text[:4000], kind_of(text, match.cls if match else None), match)

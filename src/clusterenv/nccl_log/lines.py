@@ -103,11 +103,28 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# The catalogue classes a kind's words can belong to: "recv ... timeout" in a RAS or TCPX
+# message is not NCCL's socket layer failing, "Cuda failure" in a plugin is the plugin's.
+_KIND_CLASSES = {
+    "connect": frozenset({"socket", "bootstrap", "net-socket", "interface"}),
+    "ib-qp": frozenset({"ibverbs", "net-ib"}),
+    "ib-completion": frozenset({"net-ib"}),
+    "memlock": frozenset({"ibverbs", "net-ib", "memory"}),
+    "shm": frozenset({"shm"}),
+    "fatal": frozenset({"cuda", "proxy", "p2p", "net", "init", "launch", "memory"}),
+}
+
+
 @lru_cache(maxsize=4096)
-def kind_of(text: str) -> str:
-    """What a warning is about, e.g. ``"ibverbs"`` for ``Call to ibv_open_device failed``."""
+def kind_of(text: str, cls: str | None = None) -> str:
+    """What a warning is about, e.g. ``"ibverbs"`` for ``Call to ibv_open_device failed``;
+    ``cls``, its class in the catalogue, rules out words that belong to another subsystem."""
     for kind, pattern in _KINDS:
         if pattern.search(text):
+            classes = _KIND_CLASSES.get(kind)
+            # "system": NCCL's generic wrappers of system calls (SYSCHECK) say nothing narrower
+            if cls not in (None, "system") and classes is not None and cls not in classes:
+                return "other"
             return kind
     return "other"
 

@@ -192,7 +192,7 @@ class _Parser(FactOps):
             # an INFO line no rule reads: the catalogue knows whether it reports a failure
             match = lookup_message(msg, warning=False)
             if match is not None:
-                fact = ("info_failure", kind_of(msg[:MAX_TEXT]), match)
+                fact = ("info_failure", kind_of(msg[:MAX_TEXT], match.cls), match)
         if len(self.facts) >= _MAX_CACHED:
             self.facts.clear()
         self.facts[msg] = fact
@@ -209,8 +209,8 @@ class _Parser(FactOps):
     def _warn_action(self, head: str, msg: str) -> tuple[Any, ...]:
         fact = self.warn_facts.get(msg)
         if fact is None:
-            text = msg[:MAX_TEXT]
-            fact = ("warn", kind_of(text), None, lookup_message(msg))
+            match = lookup_message(msg)
+            fact = ("warn", kind_of(msg[:MAX_TEXT], match.cls if match else None), None, match)
             if len(self.warn_facts) >= _MAX_CACHED:
                 self.warn_facts.clear()
             self.warn_facts[msg] = fact
