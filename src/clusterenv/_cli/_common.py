@@ -108,9 +108,20 @@ def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
     return environ, root
 
 
-def emit_json(data: Any, stream: TextIO | None = None) -> None:
-    """Print ``data`` as indented JSON (dataclasses and models become objects)."""
+def emit_json(data: Any, stream: TextIO | None = None, *, compact: bool = False) -> None:
+    """Print ``data`` as indented JSON (dataclasses and models become objects).
+
+    ``compact`` prints it on one line, encoded by the json module's C encoder (for large
+    outputs such as a log of thousands of processes); what it prints is the same data.
+    """
     out = stream or sys.stdout
+    if compact:
+        text = json.dumps(data, separators=(",", ":"), default=to_jsonable)
+        if "\\ud" not in text:  # no surrogate escaped: nothing for escape_tree to rewrite
+            out.write(text + "\n")
+            return
+        out.write(json.dumps(escape_tree(to_jsonable(data)), separators=(",", ":")) + "\n")
+        return
     out.write(json.dumps(escape_tree(to_jsonable(data)), indent=2) + "\n")
 
 

@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         data["findings"] = findings
         data["cause"] = cause
         data["summary"] = counts
-        emit_json(data)
+        # one line: a log of thousands of processes makes a large document
+        emit_json(data, compact=True)
     else:
         if cause is not None:
             print(f"most likely cause: {cause.title} [{cause.code}]")

@@ -17,7 +17,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -206,8 +206,9 @@ class _Catalogue:
 
 @lru_cache(maxsize=1)
 def _catalogue() -> _Catalogue:
-    text = resources.files("clusterenv.nccl_log").joinpath("messages.json").read_text(
-        encoding="utf-8")
+    # beside this module in the wheel (importlib.resources costs more to import than this file
+    # takes to read)
+    text = (Path(__file__).parent / "messages.json").read_text(encoding="utf-8")
     return _Catalogue(json.loads(text))
 
 

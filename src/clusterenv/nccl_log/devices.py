@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import lru_cache
 
 from clusterenv.findings import Finding
 from clusterenv.nccl_log.interfaces import finding, quote
@@ -25,6 +26,7 @@ _NOT_ROCE = {"iwp": "iWARP", "i40iw": "iWARP", "iw_cxgb4": "iWARP", "cxgb4": "iW
              "rxe": "software RoCE"}
 
 
+@lru_cache(maxsize=4096)
 def driver_family(name: str) -> str:
     """The driver a device name belongs to: ``mlx5_0`` and ``mlx5_bond_0`` -> ``mlx5``,
     ``irdma1`` -> ``irdma``, ``bnxt_re0`` -> ``bnxt_re``, ``iwp24s0f0`` -> ``iwp``."""
@@ -64,7 +66,12 @@ def _mixed(log: NcclLog, key: Callable[[NetDevice], str], code: str,
     by_label = {d.label: d for d in log.devices}
     findings = []
     seen: set[tuple[str, ...]] = set()
+    failing = [m for kind in ("ib-completion", "ib-qp", "fatal") for m in log.messages(kind)]
+    lists: set[tuple[str, ...]] = set()
     for rank in log.ranks:
+        if rank.devices in lists:
+            continue  # the same list as another process's: judged once
+        lists.add(rank.devices)
         devices = [by_label[label] for label in rank.devices if label in by_label]
         devices = [d for d in devices if d.link_layer in ("IB", "RoCE") and d.network != "OFI"]
         groups: dict[str, list[str]] = {}
@@ -80,7 +87,6 @@ def _mixed(log: NcclLog, key: Callable[[NetDevice], str], code: str,
             continue
         seen.add(names)
         odd_index = {d.index for d in devices if key(d) == odd}
-        failing = [m for kind in ("ib-completion", "ib-qp", "fatal") for m in log.messages(kind)]
         via_odd = any(network != "Socket" and index in odd_index
                       for r in log.ranks for network, index in r.channel_devices)
         what, title = describe(odd, [g for g in groups if g != odd])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from clusterenv.findings import Finding, Severity
 from clusterenv.nccl_log.model import RankInfo, parse_ip
@@ -132,7 +133,9 @@ FACTS: tuple[FactSpec, ...] = (
 _BY_NAME = {spec.name: spec for spec in FACTS}
 
 
+@lru_cache(maxsize=65536)
 def _subnet(address: str | None) -> str | None:
+    """``"10.65.0.2"`` -> ``"10.65.0.0/24"`` (a /64 for IPv6); None for loopback or no address."""
     ip = parse_ip(address) if address else None
     if ip is None or ip.is_loopback:
         return None
@@ -149,7 +152,8 @@ def _driver(value: str | None) -> str | None:
 
 def process_facts(rank: RankInfo, *, driver: str | None = None, plugin_error: str | None = None,
                   plugin_rejected: str | None = None) -> dict[str, str]:
-    """The fact table of one process (only the facts its lines state)."""
+    """The fact table of one process (only the facts its lines state); its ``NCCL_*``
+    settings are compared from ``rank.env``."""
     facts: dict[str, str | None] = {
         "NCCL version": rank.version,
         "CUDA driver": _driver(driver),
@@ -168,9 +172,7 @@ def process_facts(rank: RankInfo, *, driver: str | None = None, plugin_error: st
         # an excerpt may hold some of them only)
         "RDMA devices": str(len(ib)) if (ib := [d for d in rank.devices if "/" in d]) else None,
     }
-    out = {name: value for name, value in facts.items() if value}
-    out.update(rank.env)
-    return out
+    return {name: value for name, value in facts.items() if value}
 
 
 def _spec(name: str) -> FactSpec | None:
@@ -191,7 +193,7 @@ def _labels(ranks: Sequence[RankInfo]) -> str:
 def _groups(ranks: Sequence[RankInfo], name: str) -> dict[str, list[RankInfo]]:
     groups: dict[str, list[RankInfo]] = {}
     for rank in ranks:
-        value = rank.facts.get(name)
+        value = (rank.env if name.startswith("NCCL_") else rank.facts).get(name)
         if value is not None:
             groups.setdefault(value, []).append(rank)
     return groups
@@ -211,7 +213,7 @@ def compare_facts(ranks: Sequence[RankInfo], *, connections: str,
             ``NCCL_DEBUG=VERSION``), each one more process, as ``(version, line)``.
     """
     differing: dict[str, dict[str, list[RankInfo]]] = {}
-    for name in dict.fromkeys(name for rank in ranks for name in rank.facts):
+    for name in dict.fromkeys(name for rank in ranks for name in (*rank.facts, *rank.env)):
         groups = _groups(ranks, name)
         if name == "NCCL version":
             for version, _ in banners:  # a banner is a process without a prefix

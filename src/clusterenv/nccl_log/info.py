@@ -18,10 +18,14 @@ from typing import Any
 from clusterenv.nccl_log.lines import CONNECT, FI_EMPTY, RESULT_NAMES, TRACE
 from clusterenv.nccl_log.model import INTERNAL_NETWORKS, SocketEndpoint, parse_ip
 
-__all__ = ["TORCH_ERROR", "VERSION", "Fact", "fi_getinfo", "parse_info", "trace_fact"]
+__all__ = ["NOTHING", "TORCH_ERROR", "VERSION", "Fact", "channel_fact", "fi_getinfo",
+           "info_fact", "parse_info", "trace_fact"]
 
 #: ``("op", *arguments)``; see :func:`parse_info`.
 Fact = tuple[Any, ...]
+#: What a rule returns for a line it knows to state nothing (not even a failure the catalogue
+#: would find: probing a plugin's API versions is normal).
+NOTHING: Fact = ("nothing",)
 
 _A = re.ASCII
 #: ``NCCL version 2.27.5+cuda12.9``: group 1 the version, group 2 the CUDA version.
@@ -174,9 +178,9 @@ def _net_plugin(msg: str) -> Fact | None:
         # the library loaded but offers no API version this NCCL accepts (src/net.cc)
         return ("plugin_rejected", "it implements only a plugin API older than this NCCL accepts")
     if "symbol" in rest or "Failed to find ncclNet".startswith(rest[:22]):
-        return None  # "Failed to find ncclNetPlugin_v10 symbol.": probing API versions is normal
-    if rest.startswith(("Could not find:", "Using internal")):
-        return None  # no plugin library installed (ENOENT): NCCL uses its own networks
+        return NOTHING  # "Failed to find ncclNetPlugin_v10 symbol.": probing API versions
+    if rest.startswith(("Could not find:", "Using internal", "No plugin found")):
+        return NOTHING  # no plugin library installed (ENOENT): NCCL uses its own networks
     error = _PLUGIN_ERROR.search(rest)
     if error:
         return ("plugin_error", error.group(2).strip())
@@ -253,10 +257,14 @@ def _nccl(msg: str) -> Fact | None:
     return ("env", env.group(1), _env_value(env.group(2))) if env else None
 
 
-def _channel(msg: str) -> Fact | None:
-    if "via NET/" not in msg:
+def channel_fact(msg: str) -> Fact | None:
+    """``("channel", network, index, receive side, /GDRDMA)`` for ``Channel 00/0 : 8[0] ->
+    0[0] [receive] via NET/IB/0/GDRDMA``; None for channels through P2P or shared memory."""
+    at = msg.find("via NET/")
+    if at < 0:
         return None
-    match = _CHANNEL_NET.search(msg)
+    # one of the most frequent lines of a large job: matched on its tail only
+    match = _CHANNEL_NET.match(msg, at)
     if match is None:
         return None
     # ("channel", network, device index, receive side, /GDRDMA). Only the receive side tells
@@ -349,8 +357,8 @@ _BY_HEAD: dict[str, Callable[[str], Fact | None]] = {
     "Usin": _network("Using network "),
     "Assi": _network("Assigned NET plugin ", " to comm"),
     "NCCL": _nccl,
-    "Chan": _channel,
-    "Ring": _channel,
+    "Chan": channel_fact,
+    "Ring": channel_fact,
     "GPU ": _gdr_gpu,
     "DMA-": _dmabuf,
     "nccl": _comm,
@@ -373,6 +381,13 @@ def parse_info(msg: str) -> Fact | None:
     Returns:
         e.g. ``("bootstrap", SocketEndpoint("eth0", "172.17.0.2"))``.
     """
+    fact = info_fact(msg)
+    return None if fact is NOTHING else fact
+
+
+def info_fact(msg: str) -> Fact | None:
+    """:func:`parse_info`, but :data:`NOTHING` for a line known to state nothing (None: no rule
+    knows it)."""
     parse = _BY_HEAD.get(msg[:4])
     if parse is not None:
         fact = parse(msg)

@@ -178,9 +178,10 @@ def interface_checks(
 ) -> list[Finding]:
     """``log-bootstrap-management``: one finding per interface other hosts cannot reach
     (except those :func:`socket_channel_checks` reports)."""
-    if log.multi_node is False:
-        return []  # NCCL said nNodes 1: its sockets never leave the host
-    skipped = set(_bad_channels(log))
+    multi_node = log.multi_node  # once: it reads every process
+    if multi_node is False:
+        return []  # one host: its sockets never leave it
+    skipped = set(_bad_channels(log, multi_node))
     # interface -> address -> role -> the processes that used it so
     uses: dict[str, dict[str | None, dict[str, list[RankInfo]]]] = {}
     for rank in log.ranks:
@@ -194,7 +195,7 @@ def interface_checks(
         for address, by_role in addresses.items():
             concern = interface_concern(
                 name, address, management_interfaces=management, cluster_interfaces=cluster,
-                multi_node=log.multi_node,
+                multi_node=multi_node,
             )
             if concern is not None:
                 flagged.append((address, by_role, concern))
@@ -252,7 +253,7 @@ def socket_channel_checks(log: NcclLog) -> list[Finding]:
     """``log-socket-channel-unroutable``: channels ``via NET/Socket/N`` through the ``[N]``
     entry of ``NET/Socket : Using [0]eno1:... [1]veth...:fe80::...`` when that one is host-local
     or link-local; an error when connections failed."""
-    bad = _bad_channels(log)
+    bad = _bad_channels(log, log.multi_node)
     if not bad:
         return []
     failures = [*log.messages("connect"), *log.messages("fatal")]
@@ -281,11 +282,11 @@ def socket_channel_checks(log: NcclLog) -> list[Finding]:
 
 
 def _bad_channels(
-    log: NcclLog,
+    log: NcclLog, multi_node: bool | None,
 ) -> dict[str, tuple[SocketEndpoint, list[RankInfo], dict[str, None]]]:
     """Interfaces that ``via NET/Socket/N`` channels use although other hosts cannot reach
     them: name -> (endpoint, processes, the routable interfaces those processes listed)."""
-    if log.multi_node is False:
+    if multi_node is False:
         return {}
     bad: dict[str, tuple[SocketEndpoint, list[RankInfo], dict[str, None]]] = {}
     for rank in log.ranks:
@@ -295,7 +296,7 @@ def _bad_channels(
                 continue
             endpoint = rank.socket_interfaces[index]
             concern = interface_concern(endpoint.interface, endpoint.address,
-                                        multi_node=log.multi_node)
+                                        multi_node=multi_node)
             if concern is None or concern[0] == "info":
                 continue
             entry = bad.setdefault(endpoint.interface, (endpoint, [], {}))

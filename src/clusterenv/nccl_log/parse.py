@@ -10,13 +10,17 @@ per-process state (:mod:`clusterenv.nccl_log.state`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from functools import partial
-from typing import Any
+import gc
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from itertools import compress, count, repeat
+from operator import and_, contains, itemgetter, not_
+from typing import IO, Any
 
 from clusterenv.nccl_log.catalogue import lookup_message
 from clusterenv.nccl_log.foreign import Foreign, recognise, recognise_last_error
-from clusterenv.nccl_log.info import VERSION, Fact, fi_getinfo, parse_info
+from clusterenv.nccl_log.info import NOTHING, VERSION, Fact, channel_fact, fi_getinfo, info_fact
 from clusterenv.nccl_log.lines import (
     find_marker,
     kind_of,
@@ -34,14 +38,15 @@ __all__ = ["MAX_LINE", "parse_lines", "parse_stream"]
 #: file without newlines (a binary, a log joined into one line) costs bounded memory.
 MAX_LINE = 65_536
 # Facts that only set something the first time (first value wins, or a union): replaying them
-# for a line seen before changes nothing, so a repeated line does not run them again. Facts
-# that mark progress (a network chosen, a channel, a communicator complete) are replayed: a
-# return chain before them was handled.
+# for a line seen before changes nothing, so a repeated line does not run them again, except
+# that those marking progress (a device list, a network chosen) move the process's progress
+# line: a return chain before them was handled.
 _ONCE = frozenset({
-    "bootstrap", "dmabuf", "driver", "env", "gdr_distance", "gdr_hca", "ib_device", "net_named",
-    "ofi", "ofi_group", "ofi_provider", "ofi_version", "plugin_external", "plugin_loaded",
-    "plugin_requested", "plugin_trouble", "version",
+    "bootstrap", "dmabuf", "driver", "env", "gdr_distance", "gdr_hca", "ib_device", "ib_using",
+    "net_named", "network", "ofi", "ofi_group", "ofi_provider", "ofi_version", "plugin_external",
+    "plugin_loaded", "plugin_requested", "plugin_trouble", "socket", "version",
 })
+_PROGRESS = frozenset({"ib_using", "network", "socket"})
 
 # Distinct message texts whose facts are cached, and distinct line prefixes remembered (each
 # cache is emptied when full: lines of one process come close together).
@@ -50,6 +55,9 @@ _MAX_CACHED = 50_000
 _CACHE_PROBE = 4_096
 _MISSING: Any = object()
 _TAGS = frozenset({"INFO ", "WARN "})
+# Channel lines are most of a large job's lines, each with its own ranks: those through P2P or
+# shared memory state nothing, those through a network are read without the fact cache.
+_CHANNEL_HEADS = frozenset({"Chan", "Ring"})
 
 
 class _Parser(FactOps):
@@ -57,6 +65,7 @@ class _Parser(FactOps):
         super().__init__()
         self.matched = 0
         self.facts: dict[str, Fact | None] = {}
+        self.channel_tails: dict[str, Fact | None] = {}  # "via NET/IB/0/GDRDMA" -> its fact
         self.warn_facts: dict[str, Fact] = {}
         self.by_head: dict[str, Process] = {}
         # whole line -> what it does: False (nothing recognised), True (recognised, nothing to
@@ -65,7 +74,6 @@ class _Parser(FactOps):
         self.ops: dict[str, Callable[..., None]] = {
             name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")
         }
-        self.skip_rest: Callable[[], None] | None = None
         self.cache_from = 0  # line number from which lines are remembered again
         self.cache_start = 0  # line number where the line cache was last emptied
         self.cache_limit = _CACHE_PROBE  # entries at which the line cache is reviewed
@@ -73,21 +81,22 @@ class _Parser(FactOps):
 
     # -- reading ------------------------------------------------------------------------------
 
-    def feed(self, lines: Iterable[str]) -> int:
+    def feed(self, lines: Iterable[str], numbers: Iterable[int] | None = None) -> int:
         """Read every line; returns how many there were.
 
         The hot path is one dict lookup per line: a line seen before (every rank prints the same
         lines, jobs repeat them) replays only the actions that still change something. A line
         seen for the first time with one ``NCCL INFO`` message is handled inline (no call);
-        anything else goes through :meth:`_analyse`.
+        anything else goes through :meth:`_analyse`. ``numbers`` are the lines' numbers when
+        they are not 1, 2, 3, ...
         """
         by_line, facts, by_head, ops = self.by_line, self.facts, self.by_head, self.ops
         get, get_fact, get_proc = by_line.get, facts.get, by_head.get
         analyse, new_fact, new_proc = self._analyse, self._fact, self._proc
-        once, missing, limit = _ONCE, _MISSING, MAX_LINE
+        missing, limit = _MISSING, MAX_LINE
         number = matched = 0
         cache_from, cache_limit = self.cache_from, self.cache_limit
-        for number, line in enumerate(lines, 1):
+        for number, line in zip(count(1) if numbers is None else numbers, lines):  # noqa: B905
             # while the line cache is off (lines did not repeat), do not even hash the line
             actions = get(line) if number >= cache_from else None
             if actions is None:
@@ -97,6 +106,14 @@ class _Parser(FactOps):
                             and find_marker(line, pos + 10) >= 0)):
                     matched += analyse(line, number)  # ran its actions, remembered the line
                     cache_from, cache_limit = self.cache_from, self.cache_limit
+                    continue
+                if number < cache_from and line.startswith("Chan", pos + 10):
+                    # most lines of a large job, each with its own ranks: read in place (once
+                    # the line cache found that lines do not repeat)
+                    matched += 1
+                    at = line.find("via NET/", pos + 10)
+                    if at >= 0:
+                        self._channel(line, pos, at, number)
                     continue
                 msg = line[pos + 10 :].strip()
                 if "|" in msg or '"' in msg:  # an export's column or quote: rare
@@ -114,7 +131,7 @@ class _Parser(FactOps):
                     if not proc.first_line:
                         proc.first_line = number
                     op(proc, msg, number, fact)
-                    result = True if fact[0] in once else ((op, proc, msg, fact),)
+                    result = self._replay(op, proc, msg, fact)
                 if number >= cache_from:
                     if len(by_line) >= cache_limit:
                         self._cache_full(number)
@@ -137,9 +154,7 @@ class _Parser(FactOps):
         recognised."""
         cache = True
         if len(line) >= MAX_LINE and line[-1:] != "\n":
-            if self.skip_rest is not None:
-                self.skip_rest()  # the rest of an over-long line is not read (memory bound)
-            line, cache = line[:MAX_LINE], False
+            line, cache = line[:MAX_LINE], False  # _blocks read past the rest of it
         pos = line.find("NCCL ")
         if pos >= 0 and line[pos + 5 : pos + 10] not in _TAGS:
             pos = find_marker(line, pos + 5)
@@ -166,12 +181,21 @@ class _Parser(FactOps):
         self.by_line.clear()
         self.cache_start = max(number, self.cache_from)
 
+    def _replay(self, op: Callable[..., None], proc: Process, msg: str, fact: Fact) -> Any:
+        """What a repeat of a line must run again: nothing for a fact that only sets something
+        the first time, the progress mark for one that marks progress, else the fact."""
+        if fact[0] not in _ONCE:
+            return ((op, proc, msg, fact),)
+        if fact[0] in _PROGRESS:
+            return ((self._op_progress, proc, msg, fact),)
+        return True
+
     def _run(self, actions: list[tuple[Any, ...]], number: int) -> Any:
         for op, proc, msg, fact in actions:
             proc.first_line = proc.first_line or number
             op(proc, msg, number, fact)
-        # facts that only set something once (first value wins) need not run again
-        return tuple(a for a in actions if a[3][0] not in _ONCE) or True
+        replays = tuple(r for a in actions if (r := self._replay(*a)) is not True)
+        return tuple(step for replay in replays for step in replay) or True
 
     def _messages(self, line: str, pos: int, number: int) -> Any:
         """A WARN line, or a line holding several messages: run them, return the repeatable."""
@@ -186,9 +210,85 @@ class _Parser(FactOps):
                 actions.append(action)
         return self._run(actions, number)
 
+    def feed_block(self, lines: list[str], first: int) -> None:
+        """Read a block of lines (without their newlines) numbered from ``first``.
+
+        Channel lines are most lines of a large job, each with its own ranks; one pass in C
+        (``map``, ``compress``, ``zip``, ``Counter``) sets them apart and counts those through a
+        network by process and device, with the number of each process's last and first such
+        line, and every other line goes through :meth:`feed` in order. A block this pass cannot
+        split (an export's columns, two messages in one line, a line cut short) is read line by
+        line.
+        """
+        numbers = range(first, first + len(lines))
+        if first >= self.cache_from:  # lines repeat: the line cache reads them fastest
+            self.feed(lines, numbers)
+            return
+        channel = list(map(contains, lines, repeat(" NCCL INFO Channel ")))
+        if sum(channel) < len(lines) // 4 or not self._splittable(lines, channel):
+            self.feed(lines, numbers)
+            return
+        self.feed(compress(lines, map(not_, channel)), compress(numbers, map(not_, channel)))
+        self.matched += sum(channel)
+        net_flags = list(map(and_, channel, map(contains, lines, repeat("via NET/"))))
+        net = list(compress(lines, net_flags))
+        if not net:
+            return
+        where = list(compress(numbers, net_flags))
+        heads, _, messages = zip(*map(str.partition, net, repeat("NCCL INFO ")), strict=True)
+        latest = dict(zip(heads, where, strict=True))  # a dict keeps the last value of a key
+        earliest = dict(zip(reversed(heads), reversed(where), strict=True))
+        tails = map(itemgetter(2), map(str.partition, messages, repeat("via NET/")))
+        sends = map(contains, messages, repeat("[send]"))
+        for (head, tail, send), times in Counter(zip(heads, tails, sends, strict=True)).items():
+            fact = self._tail_fact("via NET/" + tail)
+            if fact is None:
+                continue
+            proc = self.by_head.get(head) or self._proc(head)
+            proc.first_line = proc.first_line or earliest[head]
+            _, network, index, _, gdr = fact
+            self.channels(proc, (network, index), not send, gdr, times,
+                          max(latest[head], proc.progress_line))
+
+    def _splittable(self, lines: list[str], channel: list[bool]) -> bool:
+        """Whether a block's channel lines can be set apart (see :meth:`feed_block`)."""
+        return not (
+            any(map(contains, lines, repeat(" | "))) or any(map(contains, lines, repeat('"')))
+            or sum(map(str.count, lines, repeat("NCCL INFO "))) != sum(
+                map(contains, lines, repeat("NCCL INFO ")))
+            or any(map(contains, compress(lines, channel), repeat("NCCL WARN ")))
+            or max(map(len, lines)) >= MAX_LINE
+        )
+
+    def _tail_fact(self, tail: str) -> Fact | None:
+        fact = self.channel_tails.get(tail, _MISSING)
+        if fact is _MISSING:
+            fact = channel_fact(tail)
+            if len(self.channel_tails) >= _MAX_CACHED:
+                self.channel_tails.clear()
+            self.channel_tails[tail] = fact
+        return fact  # type: ignore[no-any-return]
+
+    def _channel(self, line: str, pos: int, at: int, number: int) -> None:
+        """A ``Channel ... via NET/...`` line: its fact comes from the text after ``via`` (the
+        same for every rank using that device), cached by it."""
+        fact = self._tail_fact(line[at : at + 120])
+        if fact is None:
+            return
+        _, network, index, _, gdr = fact
+        receive = line.find("[send]", pos, at) < 0
+        head = line[:pos]
+        proc = self.by_head.get(head) or self._proc(head)
+        proc.first_line = proc.first_line or number
+        self._op_channel(proc, "", number, ("channel", network, index, receive, gdr))
+
     def _fact(self, msg: str) -> Fact | None:
-        fact = parse_info(msg)
-        if fact is None and len(msg) > 8:
+        if msg[:4] in _CHANNEL_HEADS:
+            return channel_fact(msg)  # not cached: every rank prints its own
+        fact = info_fact(msg)
+        if fact is NOTHING:
+            fact = None
+        elif fact is None and len(msg) > 8:
             # an INFO line no rule reads: the catalogue knows whether it reports a failure
             match = lookup_message(msg, warning=False)
             if match is not None:
@@ -278,24 +378,69 @@ class _Parser(FactOps):
         self.errors.add(found.text, kind, None, number, None, found.match)
 
 
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The cycle collector off while a log is read: the parser makes millions of small objects
+    and no cycles, and the collector's passes over them grow with the log (a fifth of the time
+    on a log of thousands of processes). Its state is restored after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def parse_lines(lines: Iterable[str]) -> NcclLog:
     """Parse log lines (see :func:`clusterenv.nccl_log.parse_nccl_log`)."""
-    parser = _Parser()
-    return parser.finish(parser.feed(lines))
+    with _no_cycle_collection():
+        parser = _Parser()
+        return parser.finish(parser.feed(lines))
+
+
+#: Characters read at a time from a file; the lines in them are a block.
+_BLOCK = 1 << 20
+
+
+def _blocks(stream: IO[str]) -> Iterator[list[str]]:
+    """The lines of ``stream``, without their newlines, in blocks of about :data:`_BLOCK`
+    characters; a line longer than :data:`MAX_LINE` is cut there and the rest of it is read
+    past, never kept (a file without newlines costs bounded memory)."""
+    carry = ""
+    skipping = False  # inside a line already cut
+    while True:
+        chunk = stream.read(_BLOCK)
+        if not chunk:
+            if carry:
+                yield [carry]
+            return
+        end = chunk.rfind("\n")
+        if end < 0:  # no line ends here
+            if not skipping:
+                carry += chunk
+                if len(carry) >= MAX_LINE:
+                    yield [carry[:MAX_LINE]]
+                    carry, skipping = "", True
+            continue
+        lines = (carry + chunk[:end]).split("\n")
+        if skipping:
+            lines = lines[1:]  # the rest of the line that was cut
+            skipping = False
+        carry = chunk[end + 1 :]
+        if lines:
+            yield lines
 
 
 def parse_stream(stream: Any) -> NcclLog:
-    """Parse an open text file, reading at most :data:`MAX_LINE` characters of any line."""
-    readline = getattr(stream, "readline", None)
-    if readline is None:
+    """Parse an open text file, block by block, reading at most :data:`MAX_LINE` characters
+    of any line (the rest of a longer line is read past, never kept)."""
+    if not hasattr(stream, "read"):
         return parse_lines(stream)
-    parser = _Parser()
-
-    def skip_rest() -> None:
-        while True:
-            piece = readline(MAX_LINE)
-            if not piece or piece.endswith("\n"):
-                return
-
-    parser.skip_rest = skip_rest
-    return parser.finish(parser.feed(iter(partial(readline, MAX_LINE), "")))
+    with _no_cycle_collection():
+        parser = _Parser()
+        read = 0
+        for block in _blocks(stream):
+            parser.feed_block(block, read + 1)
+            read += len(block)
+        return parser.finish(read)

@@ -9,7 +9,6 @@ loop (:mod:`clusterenv.nccl_log.parse`) inherits it.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from typing import Any
 
 from clusterenv.nccl_log.catalogue import CatalogueMatch
@@ -115,7 +114,8 @@ class Messages:
 
     def add(self, text: str, kind: str, source: str | None, line: int,  # noqa: PLR0917
             proc: Process | None, match: CatalogueMatch | None = None) -> None:
-        text = text[:MAX_TEXT]
+        if len(text) > MAX_TEXT:
+            text = text[:MAX_TEXT]
         entry = self.entries.get(text)
         if entry is None:
             if len(self.entries) >= MAX_MESSAGES:
@@ -224,11 +224,17 @@ class FactOps:
 
     def _op_channel(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
         _, network, index, receive, gdr = fact
-        proc.channel_net = proc.channel_net or network
-        proc.channel_devices[(network, index)] = None
-        if receive and network != "Socket":  # sockets never use GPUDirect RDMA
-            proc.net_channels += 1
-            proc.gdr_channels += gdr
+        self.channels(proc, (network, index), receive, gdr, 1, number)
+
+    def channels(self, proc: Process, device: tuple[str, int], receive: bool,  # noqa: PLR0917
+                 gdr: bool, times: int, number: int) -> None:
+        """``times`` channel lines of ``proc`` through ``device`` (network, index), the last
+        at line ``number``."""
+        proc.channel_net = proc.channel_net or device[0]
+        proc.channel_devices[device] = None
+        if receive and device[0] != "Socket":  # sockets never use GPUDirect RDMA
+            proc.net_channels += times
+            proc.gdr_channels += times if gdr else 0
         proc.progress_line = number
 
     def _op_comm(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
@@ -405,31 +411,32 @@ def _rank(proc: Process) -> RankInfo:
     # without "Using network", the network a process used is the plugin network its NET/<name>
     # lines speak for, else what its channels or device lists say
     transport = proc.network or proc.channel_net or proc.plugin_net or proc.inferred
-    info = RankInfo(
-        host=proc.host,
-        pid=proc.pid,
-        cuda_device=proc.cuda_device,
-        rank=proc.rank,
-        nranks=proc.nranks,
-        version=proc.version,
-        bootstrap_interface=bootstrap.interface if bootstrap else None,
-        bootstrap_address=bootstrap.address if bootstrap else None,
-        socket_interfaces=proc.socket_ifs,
-        oob=proc.oob,
-        transport=transport,
-        devices=tuple(proc.devices),
-        plugin=plugin,
-        net_channels=proc.net_channels,
-        gdr_channels=proc.gdr_channels,
-        env=dict(proc.env),
-        first_line=proc.first_line,
-        channel_devices=tuple(sorted(proc.channel_devices)),
-        failure=proc.failure(),
-        failure_line=proc.trace_line if proc.failure() else None,
-    )
-    facts = process_facts(info, driver=proc.driver, plugin_error=proc.plugin_error,
-                          plugin_rejected=proc.plugin_rejected)
-    return replace(info, facts=facts)
+    fields: dict[str, Any] = {
+        "host": proc.host,
+        "pid": proc.pid,
+        "cuda_device": proc.cuda_device,
+        "rank": proc.rank,
+        "nranks": proc.nranks,
+        "version": proc.version,
+        "bootstrap_interface": bootstrap.interface if bootstrap else None,
+        "bootstrap_address": bootstrap.address if bootstrap else None,
+        "socket_interfaces": proc.socket_ifs,
+        "oob": proc.oob,
+        "transport": transport,
+        "devices": tuple(proc.devices),
+        "plugin": plugin,
+        "net_channels": proc.net_channels,
+        "gdr_channels": proc.gdr_channels,
+        "env": dict(proc.env),
+        "first_line": proc.first_line,
+        "channel_devices": tuple(sorted(proc.channel_devices)),
+        "failure": proc.failure(),
+        "failure_line": proc.trace_line if proc.failure() else None,
+    }
+    info = RankInfo(**fields)
+    fields["facts"] = process_facts(info, driver=proc.driver, plugin_error=proc.plugin_error,
+                                    plugin_rejected=proc.plugin_rejected)
+    return RankInfo(**fields)
 
 
 def _plugin(plugin: Plugin, ranks: list[RankInfo]) -> NetPlugin:

@@ -127,6 +127,8 @@ def gdr_checks(log: NcclLog) -> list[Finding]:
 
 def setting_checks(log: NcclLog) -> list[Finding]:
     """``NCCL_IB_RETRY_CNT set by environment to 15.``: queue-pair settings out of range."""
+    if not any(name.startswith("NCCL_IB_") for name in log.env):
+        return []  # the table holds NCCL_IB_* settings only: nothing to import for
     # one range table for doctor and nccl-log; imported here, so `import clusterenv.nccl_log`
     # stays light
     from clusterenv.nccl.lint import ib_setting_problem  # noqa: PLC0415
