@@ -18,6 +18,7 @@ __all__ = [
     "CODES",
     "SEVERITIES",
     "Area",
+    "Code",
     "CodeInfo",
     "Finding",
     "Severity",
@@ -55,8 +56,169 @@ class CodeInfo:
     title: str
 
 
+#: Every finding code, as a type: ``Finding.of("socket-ifname-unsett")`` is a type error.
+#: It lists exactly the keys of :data:`CODES` (a test holds the two together).
+Code = Literal[
+    "socket-ifname-unset",
+    "gloo-ifname-unset",
+    "cluster-interface-down",
+    "cluster-interface-no-ipv4",
+    "cluster-interface-management",
+    "cluster-interface-unknown",
+    "ifname-not-cluster",
+    "framework-host-ip",
+    "nccl-bootstrap-disagrees",
+    "nccl-probe-failed",
+    "filter-selects-avoided",
+    "filter-leaves-avoided",
+    "filter-ip-address",
+    "filter-matches-nothing",
+    "filter-prefix-collision",
+    "filter-prefix-multiple",
+    "filter-modifier-repeated",
+    "filter-modifier-order",
+    "filter-port-on-socket",
+    "filter-bad-port",
+    "filter-ignored-short",
+    "filter-empty-list",
+    "filter-too-many-tokens",
+    "filter-whitespace",
+    "filter-token-unmatched",
+    "ifname-nccl-syntax",
+    "ifname-no-such-interface",
+    "ifname-ip-address",
+    "ifname-multiple",
+    "ifname-ignored-short",
+    "primary-addr-management",
+    "primary-name-unresolvable",
+    "primary-name-unverified",
+    "primary-route-management",
+    "primary-route-not-cluster",
+    "primary-unreachable",
+    "file-too-large",
+    "primary-zone-unknown",
+    "node-addr-not-local",
+    "primary-rank-mismatch",
+    "hostname-loopback",
+    "primary-port-in-use",
+    "launcher-missing",
+    "cluster-variables-missing",
+    "plan-config-invalid",
+    "gpus-too-few",
+    "gpus-none-visible",
+    "shm-too-small",
+    "config-unknown-source",
+    "config-missing",
+    "config-alias-mismatch",
+    "config-not-integer",
+    "config-out-of-range",
+    "config-bad-address",
+    "config-node-rank",
+    "config-world-size",
+    "config-loopback-primary",
+    "config-loopback-node",
+    "config-host-node-addr",
+    "config-primary-rank",
+    "config-rank-range",
+    "config-uneven-nodes",
+    "config-rank-layout",
+    "config-elastic-range",
+    "config-invalid",
+    "worker-more-processes",
+    "worker-fewer-processes",
+    "worker-node-count",
+    "worker-node-rank",
+    "worker-primary-addr",
+    "launch-torchrun-missing",
+    "launch-nproc-exceeds-gpus",
+    "launch-nproc-differs",
+    "rdma-not-openable",
+    "rdma-no-libibverbs",
+    "rdma-port-init",
+    "rdma-port-down",
+    "rdma-port-armed",
+    "memlock-too-low",
+    "gpudirect-unavailable",
+    "gpudirect-old-nccl",
+    "ib-disabled",
+    "ib-hca-mixed-fabric",
+    "ib-hca-excluded",
+    "ib-gid-index-wrong",
+    "ib-gid-index-invalid",
+    "ib-gid-index-unneeded",
+    "ib-gid-index-disagree",
+    "ib-gid-index-info",
+    "ib-gid-link-local",
+    "ib-gid-missing",
+    "ib-gid-setting-ignored",
+    "ib-gid-roce-v1",
+    "env-deprecated",
+    "env-no-such-timeout",
+    "hang-detection-disabled",
+    "ignore-net-mismatch",
+    "nccl-debug-knob",
+    "nccl-net-contradiction",
+    "nccl-ib-setting-range",
+    "log-socket-fallback",
+    "log-ib-disabled",
+    "log-bootstrap-management",
+    "log-mixed-transport",
+    "log-mixed-interface",
+    "log-mixed-version",
+    "log-mixed-env",
+    "log-gdr-disabled",
+    "log-ibverbs-failure",
+    "log-plugin-failed",
+    "log-connect-timeout",
+    "log-ib-qp-failure",
+    "log-ib-memlock",
+    "log-shm-exhausted",
+    "log-no-interface",
+    "log-nccl-error",
+    "log-nccl-warning",
+    "log-ib-completion-error",
+    "log-ib-setting-range",
+    "log-mixed-link-layer",
+    "log-socket-channel-unroutable",
+    "log-ofi-no-provider",
+    "log-mixed-plugin",
+    "log-mixed-subnet",
+    "log-mixed-fact",
+    "log-mixed-rdma-driver",
+    "log-peer-closed",
+    "log-address-family",
+    "log-plugin-load",
+    "log-nccl-message",
+    "preflight-rank-duplicate",
+    "preflight-rank-unknown",
+    "preflight-rank-out-of-range",
+    "preflight-rank-missing",
+    "preflight-contract-differs",
+    "preflight-env-differs",
+    "preflight-no-cluster-interface",
+    "preflight-mtu-differs",
+    "preflight-interface-differs",
+    "preflight-transport-differs",
+    "preflight-rdma-ports-differ",
+    "preflight-rdma-rate-differs",
+    "preflight-gid-differs",
+    "preflight-gpu-count",
+    "preflight-node-errors",
+    "preflight-version-differs",
+    "preflight-token-mismatch",
+    "preflight-addr-mismatch",
+    "preflight-ring-unreachable",
+    "preflight-rejected-peers",
+    "bench-slow-node",
+    "bench-slow-link",
+    "bench-transport-mixed",
+    "bench-below-line-rate",
+    "bench-one-rank",
+]
+
+
 #: Every finding code clusterenv can emit, in the order of the troubleshooting page.
-CODES: dict[str, CodeInfo] = {
+CODES: dict[Code, CodeInfo] = {
     # -- doctor
     "socket-ifname-unset": CodeInfo(
         "doctor", "error", "NCCL_SOCKET_IFNAME is unset and NCCL would not pick the cluster NIC"
@@ -158,6 +320,12 @@ CODES: dict[str, CodeInfo] = {
         "doctor", "warning", "The route to the rendezvous address avoids the cluster interface"
     ),
     "primary-unreachable": CodeInfo("doctor", "error", "No route to the rendezvous address"),
+    "file-too-large": CodeInfo(
+        "doctor", "warning", "A file was too large to read, so checks that need it were skipped"
+    ),
+    "primary-zone-unknown": CodeInfo(
+        "doctor", "error", "The rendezvous address's IPv6 zone names no interface here"
+    ),
     "node-addr-not-local": CodeInfo(
         "doctor", "warning", "NODE_ADDR is not an address of this node"
     ),
@@ -430,6 +598,7 @@ CODES: dict[str, CodeInfo] = {
 }
 
 _UNREGISTERED = CodeInfo("doctor", "error", "Unregistered finding code")
+_BY_NAME: dict[str, CodeInfo] = {str(code): info for code, info in CODES.items()}
 
 
 def code_info(code: str) -> CodeInfo:
@@ -439,7 +608,7 @@ def code_info(code: str) -> CodeInfo:
     :class:`RuntimeWarning` (the test suite turns warnings into failures) and reads as an
     error with a generic title, so that it can never stop a user's run.
     """
-    info = CODES.get(code)
+    info = _BY_NAME.get(code)
     if info is None:
         warnings.warn(f"unregistered finding code {code!r}", RuntimeWarning, stacklevel=3)
         return _UNREGISTERED
@@ -473,7 +642,7 @@ class Finding:
     @classmethod
     def of(
         cls,
-        code: str,
+        code: Code,
         title: str = "",
         evidence: Iterable[str] = (),
         fix: str = "",

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from clusterenv._jsonable import to_jsonable
 from clusterenv._root import Root
+from clusterenv._scrub import HIDDEN, is_secret_name, scrub_tree
 from clusterenv._text import escape_tree, printable
 from clusterenv.findings import Finding, sort_findings
 
@@ -109,20 +112,18 @@ def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
 
 
 def emit_json(data: Any, stream: TextIO | None = None, *, compact: bool = False) -> None:
-    """Print ``data`` as indented JSON (dataclasses and models become objects).
+    """Print ``data`` as indented JSON (dataclasses and models become objects), secrets
+    scrubbed (:func:`~clusterenv._scrub.scrub_tree`).
 
     ``compact`` prints it on one line, encoded by the json module's C encoder (for large
     outputs such as a log of thousands of processes); what it prints is the same data.
     """
     out = stream or sys.stdout
+    tree = scrub_tree(escape_tree(to_jsonable(data)))
     if compact:
-        text = json.dumps(data, separators=(",", ":"), default=to_jsonable)
-        if "\\ud" not in text:  # no surrogate escaped: nothing for escape_tree to rewrite
-            out.write(text + "\n")
-            return
-        out.write(json.dumps(escape_tree(to_jsonable(data)), separators=(",", ":")) + "\n")
+        out.write(json.dumps(tree, separators=(",", ":")) + "\n")
         return
-    out.write(json.dumps(escape_tree(to_jsonable(data)), indent=2) + "\n")
+    out.write(json.dumps(tree, indent=2) + "\n")
 
 
 _COLOURS = {"red": "31", "yellow": "33", "green": "32", "blue": "34", "bold": "1", "dim": "2"}
@@ -136,15 +137,66 @@ def style(text: str, colour: str, stream: TextIO | None = None) -> str:
     return f"\033[{_COLOURS[colour]}m{text}\033[0m"
 
 
-def table(rows: Iterable[Sequence[object]], headers: Sequence[str]) -> str:
-    """A plain-text table with aligned columns; every cell passes the terminal sanitiser."""
-    body = [[("-" if cell is None else printable(cell)) for cell in row] for row in rows]
+def _scrub_row(row: Sequence[object]) -> list[object]:
+    """A row with every cell after a secret-looking variable name (``NCCL_IB_KEY``,
+    ``SLURM_JWT``) hidden: a table of settings shows that it was set, never its value."""
+    cells = list(row)
+    for i, cell in enumerate(cells):
+        if isinstance(cell, str) and _VARIABLE.fullmatch(cell) and is_secret_name(cell):
+            return [*cells[: i + 1], *(HIDDEN if c is not None else None for c in cells[i + 1:])]
+    return cells
+
+
+_VARIABLE = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+#: The width of output that does not go to a terminal (a log, a pipe, a CI job).
+NOT_A_TERMINAL_WIDTH = 160
+
+
+def output_width(stream: TextIO | None = None) -> int:
+    """The columns to wrap output at: the terminal's width (at least 60), or
+    :data:`NOT_A_TERMINAL_WIDTH` when ``stream`` is not a terminal."""
+    out = stream or sys.stdout
+    try:
+        if out.isatty():
+            return max(60, os.get_terminal_size(out.fileno()).columns)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return NOT_A_TERMINAL_WIDTH
+
+
+def wrap(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
+    """``first + text`` folded at spaces to ``width`` columns, continuation lines indented by
+    ``indent``; a word longer than a line (a path, an address list) is never cut."""
+    return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+
+
+def table(rows: Iterable[Sequence[object]], headers: Sequence[str], *,
+          width: int | None = None) -> str:
+    """A plain-text table with aligned columns; every cell passes the terminal sanitiser, and
+    the values of a secret-looking variable are hidden (:func:`_scrub_row`). A row wider than
+    ``width`` (:func:`output_width` by default) has its widest cells folded onto more lines."""
+    limit = output_width() if width is None else width
+    body = [[("-" if cell is None else printable(cell)) for cell in _scrub_row(row)]
+            for row in rows]
     widths = [len(h) for h in headers]
     for row in body:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
+    while sum(widths) + 2 * (len(widths) - 1) > limit:
+        widest = max(range(len(widths)), key=lambda i: widths[i])
+        room = widths[widest] - (sum(widths) + 2 * (len(widths) - 1) - limit)
+        if room < max(12, len(headers[widest])):
+            break
+        widths[widest] = room
     lines = ["  ".join(h.ljust(widths[i]) for i, h in enumerate(headers)).rstrip()]
-    lines.extend("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in body)
+    for row in body:
+        cells = [wrap(c, widths[i]) if len(c) > widths[i] else [c] for i, c in enumerate(row)]
+        for k in range(max(len(c) for c in cells)):
+            parts = [(c[k] if k < len(c) else "").ljust(widths[i]) for i, c in enumerate(cells)]
+            lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
 
 
@@ -152,17 +204,30 @@ _SEVERITY_COLOUR = {"error": "red", "warning": "yellow", "info": "blue"}
 
 
 def render_findings(findings: Iterable[Finding], stream: TextIO | None = None) -> str:
-    """Findings for people: severity and code, title, evidence and fix, errors first."""
+    """Findings for people: severity and code, title, evidence and fix, errors first, folded
+    to the output's width (:func:`output_width`). Evidence already shown for an earlier finding
+    of the report is not repeated (``--json`` keeps it all)."""
     ordered = sort_findings(findings)
     if not ordered:
         return style("no problems found", "green", stream)
+    width = output_width(stream)
+    shown: set[str] = set()
     blocks = []
+    pad = " " * 8
     for f in ordered:
-        head = style(f"{f.severity.upper():7}", _SEVERITY_COLOUR[f.severity], stream)
-        lines = [f"{head} [{printable(f.code)}] {printable(f.title)}"]
-        lines.extend(f"        evidence: {printable(item)}" for item in f.evidence)
+        head = f"{f.severity.upper():7} [{printable(f.code)}] "
+        lines = wrap(printable(f.title), width, pad, head)
+        lines[0] = lines[0].replace(f"{f.severity.upper():7}",
+                                    style(f"{f.severity.upper():7}", _SEVERITY_COLOUR[f.severity],
+                                          stream), 1)
+        for item in f.evidence:
+            text = printable(item)
+            if text in shown:
+                continue
+            shown.add(text)
+            lines += wrap(text, width, pad + "  ", f"{pad}evidence: ")
         if f.fix:
-            lines.append(f"        fix: {printable(f.fix)}")
+            lines += wrap(printable(f.fix), width, pad + "  ", f"{pad}fix: ")
         blocks.append("\n".join(lines))
     counts: Mapping[str, int] = {
         s: sum(1 for f in ordered if f.severity == s) for s in ("error", "warning", "info")

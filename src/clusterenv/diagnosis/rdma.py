@@ -1,5 +1,5 @@
-"""Can this process use RDMA at full speed? Doctor's checks of failure modes FM-25 (devices not
-openable, no libibverbs), FM-29 (locked-memory limit), FM-30 (GPUDirect RDMA), and RDMA ports
+"""Can this process use RDMA at full speed? Doctor's checks of devices that do not open (or no
+libibverbs), the locked-memory limit, GPUDirect RDMA, and RDMA ports
 that are present but not ACTIVE (NCCL skips them without a word).
 
 They run on a multi-node cluster whose node has RDMA devices; ports on a management interface
@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import Counter
 
 from clusterenv._facts import Facts
-from clusterenv.findings import Finding
+from clusterenv._shell import code, command, prose
+from clusterenv.findings import Code, Finding
 from clusterenv.nccl.hca import (
     management_netdev,
     nccl_ports,
@@ -37,7 +38,7 @@ def _has_libibverbs(facts: Facts) -> bool:
 
 
 def _not_openable(facts: Facts) -> list[Finding]:
-    """FM-25: RDMA ports are up, but this process cannot open their devices."""
+    """RDMA ports are up, but this process cannot open their devices."""
     up = [(d, p) for d in facts.rdma.devices for p in d.ports
           if p.active and port_transport(d, p) in ("infiniband", "roce")
           and management_netdev(facts, p.netdev) is None]
@@ -80,7 +81,7 @@ def _libibverbs(facts: Facts) -> list[Finding]:
 
 
 def _memlock(facts: Facts) -> list[Finding]:
-    """FM-29: RLIMIT_MEMLOCK too small to register NCCL's buffers."""
+    """RLIMIT_MEMLOCK too small to register NCCL's buffers."""
     host = facts.host
     if not nccl_ports(facts) or not host.memlock_known or host.memlock_soft is None:
         return []
@@ -103,7 +104,7 @@ def _memlock(facts: Facts) -> list[Finding]:
 
 
 def _gpudirect(facts: Facts) -> list[Finding]:
-    """FM-30: no GPUDirect RDMA, or an NCCL too old to see nvidia_peermem."""
+    """No GPUDirect RDMA, or an NCCL too old to see nvidia_peermem."""
     host = facts.host
     if not nccl_ports(facts) or host.gpus_installed == 0:
         return []
@@ -139,15 +140,18 @@ def _gpudirect(facts: Facts) -> list[Finding]:
     return []
 
 
-_STATE_CODES = {"INIT": "rdma-port-init", "DOWN": "rdma-port-down", "ARMED": "rdma-port-armed"}
+_STATE_CODES: dict[str, Code] = {
+    "INIT": "rdma-port-init", "DOWN": "rdma-port-down", "ARMED": "rdma-port-armed",
+}
 
 
 def port_state_cause(device: RdmaDevice, port: RdmaPort) -> tuple[str, str]:
     """Why a port is not ACTIVE and what brings it up, from its state, physical state and link
     layer, e.g. ``("the link is up but no subnet manager has configured the port", "…")``.
     """
-    label = f"{device.name} port {port.number}"
+    label = f"{prose(device.name)} port {port.number}"
     netdev = port.netdev
+    ibstat = code(command("ibstat", device.name, port.number))
     ib = port.link_layer == "InfiniBand"
     if port.state == "INIT":
         if ib:
@@ -157,13 +161,14 @@ def port_state_cause(device: RdmaDevice, port: RdmaPort) -> tuple[str, str]:
                 "run a subnet manager on the fabric (OpenSM on one node, or the switch's or "
                 "UFM's SM) and check it with `sminfo`; for an SR-IOV virtual function "
                 "(Kubernetes) the SM must have virtualization enabled (OpenSM `virt_enabled 2`) "
-                f"and know the VF's GUID; `ibstat {device.name} {port.number}` shows "
+                f"and know the VF's GUID; {ibstat} shows "
                 "'State: Initializing' until then",
             )
         return (
             "the link is up but the RoCE driver has not activated the port",
-            f"check `rdma link show {device.name}/{port.number}`, that "
-            f"{netdev or 'its interface'} is up with an address, and the NIC driver's "
+            f"check {code(command('rdma', 'link', 'show', f'{device.name}/{port.number}'))}, "
+            f"that {prose(netdev) if netdev else 'its interface'} is up with an address, and "
+            "the NIC driver's "
             "messages (`dmesg`)",
         )
     if port.state == "ARMED":
@@ -176,23 +181,22 @@ def port_state_cause(device: RdmaDevice, port: RdmaPort) -> tuple[str, str]:
     if port.phys_state == "Polling":
         cause = ("no link partner: the port is enabled and polling (cable, transceiver or "
                  "switch port down)")
-        check = (f"`ethtool {netdev}`" if netdev and not ib
-                 else f"`ibstat {device.name} {port.number}`")
+        check = code(command("ethtool", netdev)) if netdev and not ib else ibstat
         return cause, (f"check the cable, the transceiver and the switch port of {label} "
                        f"({check} shows the link)")
     if port.phys_state == "Disabled":
         if ib:
             return ("the port is disabled", f"enable {label} if it is a rail (`ibportstate` "
                     "on the port, or the switch side), otherwise nothing: NCCL never uses it")
-        up = f"`ip link set {netdev} up`" if netdev else "bring its interface up"
-        check = f"`ethtool {netdev}`" if netdev else "`ethtool` on its interface"
+        up = (code(command("ip", "link", "set", netdev, "up")) if netdev
+              else "bring its interface up")
+        check = code(command("ethtool", netdev)) if netdev else "`ethtool` on its interface"
         return ("the port is disabled: its interface is down or has no link (cable), or the "
                 "port is unused",
                 f"if {label} is a rail: {up} and check the cable ({check} shows 'Link "
                 "detected'); otherwise nothing: NCCL never uses it")
     return (f"the link is not up (physical state {port.phys_state})",
-            f"check the cable and the switch port of {label} (`ibstat {device.name} "
-            f"{port.number}`)")
+            f"check the cable and the switch port of {label} ({ibstat})")
 
 
 def _same_model(a: RdmaDevice, b: RdmaDevice) -> bool:

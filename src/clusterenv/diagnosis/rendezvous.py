@@ -1,5 +1,6 @@
-"""The rendezvous address and this node's own address: doctor's checks of failure modes FM-13,
-FM-14, FM-20 and FM-37 of the catalogue.
+"""The rendezvous address and this node's own address: where the host name resolves, whether the
+rendezvous address is reachable over the cluster interface, NODE_ADDR, the primary's rank, and
+the host addresses frameworks bind.
 
 On Runpod the rendezvous address must not be a 172.x management address and must not be
 reached through ``eth0``; elsewhere the route is compared with the cluster interface.
@@ -11,20 +12,21 @@ import ipaddress
 
 from clusterenv._facts import Facts
 from clusterenv._resolve import Resolution
+from clusterenv._shell import Placeholder, command, export, prose
+from clusterenv._values import is_loopback_host, parse_host, split_host_port
 from clusterenv.findings import Finding
 from clusterenv.nccl.interface import primary_variable
 from clusterenv.network import route_interface
 from clusterenv.sources import runpod
-from clusterenv.sources._base import is_loopback_host, parse_host, split_host_port
 
 __all__ = ["FRAMEWORK_HOST_IPS", "rendezvous_checks"]
 
-#: Variables in which frameworks take this node's own address (FM-37).
+#: Variables in which frameworks take this node's own address.
 FRAMEWORK_HOST_IPS = ("VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS")
 
 
 def _hostname_loopback(facts: Facts) -> list[Finding]:
-    """FM-13: the host name resolves to loopback, which a c10d rendezvous would advertise."""
+    """The host name resolves to loopback, which a c10d rendezvous would advertise."""
     hostname = facts.hostname
     if not hostname:
         return []
@@ -41,7 +43,7 @@ def _hostname_loopback(facts: Facts) -> list[Finding]:
         "rendezvous and socket.getfqdn() would hand other nodes a loopback address",
         (resolution.describe(),),
         f"use a static rendezvous on the IP address: torchrun --rdzv-backend=static "
-        f"--master-addr=${variable} (clusterenv launch does), or map {hostname} to this "
+        f"--master-addr=${variable} (clusterenv launch does), or map {prose(hostname)} to this "
         "node's cluster address in /etc/hosts",
     )]
 
@@ -75,18 +77,20 @@ def _primary_hosts(facts: Facts) -> list[tuple[str, str]]:
     return out
 
 
-def _cluster_placeholder(facts: Facts) -> str:
-    """``<the primary node's address on ens1 (10.65.0.0/24)>``, from what this node shows."""
+def _cluster_placeholder(facts: Facts) -> Placeholder:
+    """``<the address of the primary node on ens1 (10.65.0.0/24)>``, from what this node
+    shows."""
     cluster = facts.cluster_interface
     if cluster is None or facts.management_reason(cluster) is not None:
         where = "ens1" if facts.runpod else "cluster"
-        return f"<the primary node's {where} address>"
+        return Placeholder(f"<the primary node's {where} address>")
     network = f" ({cluster.ipv4[0].network})" if cluster.ipv4 else ""
-    return f"<the primary node's address on {cluster.name}{network}>"
+    return Placeholder.of("<the address of the primary node on {name}" + network + ">",
+                          name=cluster.name)
 
 
 def _primary_address(facts: Facts) -> list[Finding]:
-    """FM-14: the rendezvous host is a management address, does not resolve, or is reached the
+    """The rendezvous host is a management address, does not resolve, or is reached the
     wrong way. A host name is resolved first (system resolver, short deadline) and its address
     judged exactly like a literal one."""
     out: list[Finding] = []
@@ -110,8 +114,8 @@ def _primary_address(facts: Facts) -> list[Finding]:
                 f"{variable}={host} does not resolve ({resolution.error}): torchrun cannot "
                 "find the rendezvous and every node fails at start",
                 (f"{variable}={facts.environ.get(variable, '')!r}", resolution.describe()),
-                f"export {variable}={_cluster_placeholder(facts)}, or make {host} resolve on "
-                "every node (/etc/hosts)",
+                f"{export(variable, _cluster_placeholder(facts))}, or make {prose(host)} resolve "
+                "on every node (/etc/hosts)",
             ))
             continue
         if resolution.status == "unknown":
@@ -120,8 +124,8 @@ def _primary_address(facts: Facts) -> list[Finding]:
                 f"{variable}={host} could not be resolved here ({resolution.error}): clusterenv "
                 "cannot check where the rendezvous goes",
                 (f"{variable}={facts.environ.get(variable, '')!r}", resolution.describe()),
-                f"export {variable}={_cluster_placeholder(facts)} (an IP address needs no "
-                "resolver), or check that the name resolves: getent hosts " + host,
+                f"{export(variable, _cluster_placeholder(facts))} (an IP address needs no "
+                "resolver), or check that the name resolves: " + command("getent", "hosts", host),
             ))
             continue
         first = ipaddress.ip_address(resolution.addresses[0])
@@ -151,8 +155,8 @@ def _named_loopback_primary(
         f"{config.node_rank}): torchrun here would look for the rendezvous on itself, and the "
         "rendezvous never completes",
         (f"{variable}={facts.environ.get(variable, '')!r}", resolution.describe()),
-        f"export {variable}={_cluster_placeholder(facts)} (an IP address), or map {host} to the "
-        "primary's cluster address in this node's /etc/hosts",
+        f"{export(variable, _cluster_placeholder(facts))} (an IP address), or map {prose(host)} "
+        "to the primary's cluster address in this node's /etc/hosts",
     )]
 
 
@@ -167,13 +171,25 @@ def _judge_primary_ip(
     ``"PRIMARY_ADDR=node-0 (resolves to 172.20.0.10)"``."""
     cluster = facts.cluster_interface
     given = (f"{variable}={facts.environ.get(variable, '')!r}", *resolved)
+    zone = ip.scope_id if isinstance(ip, ipaddress.IPv6Address) else None
+    if zone and facts.network.get(zone) is None and not zone.isdigit():
+        return [Finding.of(
+            "primary-zone-unknown",
+            f"{shown} names the zone {zone!r}, and this node has no interface of that name: "
+            "the address cannot be resolved, so binding and connecting to it fail ('Name or "
+            "service not known')",
+            (*given, f"interfaces here: {', '.join(facts.network.names) or 'none'}"),
+            f"use the primary's routable address on the cluster network for {variable}, or a "
+            f"zone that names this node's cluster interface "
+            f"({export(variable, Placeholder('<address>%<interface>'))})",
+        )]
     if facts.runpod and runpod.is_management(address=str(ip)):
         return [Finding.of(
             "primary-addr-management",
             f"{shown} is a Runpod management address (172.16.0.0/12, eth0): other nodes "
             "cannot reach it and the rendezvous times out",
             (*given, "Runpod: 172.x addresses are for internet traffic only"),
-            f"export {variable}={_cluster_placeholder(facts)}; Runpod sets PRIMARY_ADDR on "
+            f"{export(variable, _cluster_placeholder(facts))}; Runpod sets PRIMARY_ADDR on "
             "ens1, so keep the value it set instead of `hostname -I` or a host name",
         )]
     if facts.network.owner_of(ip) is not None or not _route_table_present(facts, ip.version):
@@ -205,13 +221,13 @@ def _judge_primary_ip(
             f"the route to {shown} leaves via {facts.describe(route)}, not the "
             f"cluster interface {facts.describe(cluster.name)}",
             evidence,
-            f"set {variable} to the primary's address on the subnet of {cluster.name}",
+            f"set {variable} to the primary's address on the subnet of {prose(cluster.name)}",
         )]
     return []
 
 
 def _node_addr(facts: Facts) -> list[Finding]:
-    """FM-14: NODE_ADDR is not an address of this node (an environment copied from another)."""
+    """NODE_ADDR is not an address of this node (an environment copied from another)."""
     text = facts.environ.get("NODE_ADDR", "").strip().strip("[]")
     try:
         ip = ipaddress.ip_address(text)
@@ -231,7 +247,7 @@ def _node_addr(facts: Facts) -> list[Finding]:
 
 
 def _primary_rank(facts: Facts) -> list[Finding]:
-    """FM-20: this node holds the rendezvous address but is not rank 0 (generic sources; the
+    """This node holds the rendezvous address but is not rank 0 (generic sources; the
     Runpod source checks this itself)."""
     config = facts.config
     if config is None or facts.runpod or config.node_rank == 0:
@@ -254,7 +270,7 @@ def _primary_rank(facts: Facts) -> list[Finding]:
 
 
 def _framework_host_ips(facts: Facts) -> list[Finding]:
-    """FM-37: Ray/vLLM told to bind an address that is not this node's cluster address."""
+    """Ray/vLLM told to bind an address that is not this node's cluster address."""
     cluster = facts.cluster_interface
     out = []
     for variable in FRAMEWORK_HOST_IPS:
@@ -267,7 +283,7 @@ def _framework_host_ips(facts: Facts) -> list[Finding]:
             continue
         owner = facts.network.owner_of(ip)
         evidence = (f"{variable}={text!r}", f"cluster interface: {facts.cluster_choice[1]}")
-        fix = (f"export {variable}={cluster.ipv4[0].ip}" if cluster and cluster.ipv4
+        fix = (export(variable, str(cluster.ipv4[0].ip)) if cluster and cluster.ipv4
                else f"set {variable} to this node's cluster address")
         if owner is None:
             out.append(Finding.of("framework-host-ip",

@@ -1,8 +1,8 @@
 """The interface NCCL bootstraps on: NCCL's own answer when it can be asked, else our prediction.
 
-:func:`bootstrap_report` asks the NCCL library this node would load (see
-:mod:`clusterenv.nccl.probe`) under the environment as it stands and under the plan, in one
-subprocess, and sets each answer beside :func:`~clusterenv.nccl.interface.predict_bootstrap`.
+:func:`choose` sets NCCL's answer under one environment (asked through
+:mod:`clusterenv.nccl.probe`, by ``doctor`` under the environment as it stands and under the
+plan, in one subprocess) beside :func:`~clusterenv.nccl.interface.predict_bootstrap`.
 Where the two disagree our model of NCCL is wrong for that NCCL version: doctor reports it
 (``nccl-bootstrap-disagrees``) and every other check trusts NCCL's answer.
 """
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from clusterenv._facts import Facts
 from clusterenv._root import Root
+from clusterenv._shell import export, prose
 from clusterenv.findings import Finding, Severity
 from clusterenv.nccl.interface import (
     bootstrap_unpredictable,
@@ -48,7 +49,7 @@ PREDICTION = "prediction"
 """``by`` of a choice that comes from our model, not from NCCL."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BootstrapChoice:
     """The interface NCCL bootstraps on under one environment, and who says so.
 
@@ -134,14 +135,20 @@ def choose(facts: Facts, answer: NcclAnswer | None, note: str) -> BootstrapChoic
     comm_id = comm[0] if comm is not None else None
     if answer is not None and answer.answered:
         lines = tuple(line.strip() for line in answer.log if "Bootstrap" in line)
-        return BootstrapChoice(answer.interface, answer.address, answer.by, p_name, p_address,
-                               ifname, comm_id, "", unpredictable, lines)
+        return BootstrapChoice(
+            interface=answer.interface, address=answer.address, by=answer.by,
+            predicted_interface=p_name, predicted_address=p_address, ifname=ifname,
+            comm_id=comm_id, unpredictable=unpredictable, log=lines,
+        )
     if answer is not None and answer.error:
         note = f"NCCL did not answer: {answer.error}"
     if unpredictable:
         note = f"no prediction: {unpredictable}; {note}"
-    return BootstrapChoice(p_name, p_address, PREDICTION, p_name, p_address, ifname, comm_id,
-                           note, unpredictable)
+    return BootstrapChoice(
+        interface=p_name, address=p_address, by=PREDICTION, predicted_interface=p_name,
+        predicted_address=p_address, ifname=ifname, comm_id=comm_id, note=note,
+        unpredictable=unpredictable,
+    )
 
 
 def ask_one(
@@ -182,10 +189,11 @@ def _disagreement(facts: Facts, choice: BootstrapChoice, where: str) -> Finding:
         fix = "trust NCCL's answer; please report the disagreement with this output"
     elif choice.comm_id is not None:
         setting += f", NCCL_COMM_ID={choice.comm_id!r}"
-        fix = (f"unset NCCL_COMM_ID, or give it an address on {cluster}: NCCL bootstraps on the "
+        fix = (f"unset NCCL_COMM_ID, or give it an address on {prose(cluster)}: NCCL bootstraps "
+               "on the "
                "interface in that address's subnet, whatever NCCL_SOCKET_IFNAME says")
     else:
-        fix = f"export NCCL_SOCKET_IFNAME={cluster}"
+        fix = export("NCCL_SOCKET_IFNAME", cluster)
     return Finding.of(
         "nccl-bootstrap-disagrees",
         f"{where}, {choice.by} bootstraps over {choice.describe()}, not {predicted} as "

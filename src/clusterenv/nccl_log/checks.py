@@ -220,7 +220,7 @@ def _first_line(finding: Finding) -> int:
 
 def _in_causal_order(conditions: list[Finding], failures: list[Finding],
                      consequences: list[Finding]) -> list[Finding]:
-    rank = {code: i for i, code in enumerate(_CONDITIONS)}
+    rank: dict[str, int] = {code: i for i, code in enumerate(_CONDITIONS)}
     ordered = sorted(conditions, key=lambda f: rank.get(f.code, len(rank)))
     ordered += sorted(failures, key=_first_line)
     ordered = sort_findings(ordered)

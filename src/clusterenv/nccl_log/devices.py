@@ -8,15 +8,15 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
-from clusterenv.findings import Finding
+from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.interfaces import finding, quote
 from clusterenv.nccl_log.model import NcclLog, NetDevice
 
 __all__ = ["CODE_MIXED_LINK_LAYER", "CODE_MIXED_RDMA_DRIVER", "driver_family",
            "link_layer_checks"]
 
-CODE_MIXED_LINK_LAYER = "log-mixed-link-layer"
-CODE_MIXED_RDMA_DRIVER = "log-mixed-rdma-driver"
+CODE_MIXED_LINK_LAYER: Code = "log-mixed-link-layer"
+CODE_MIXED_RDMA_DRIVER: Code = "log-mixed-rdma-driver"
 # rdma-core's udev names say the protocol: ibp* (InfiniBand), rocep* (RoCE), iwp* (iWARP)
 _UDEV = re.compile(r"(ibp|rocep|iwp)[0-9]", re.ASCII)
 _NUMBERED = re.compile(r"(?:_bond)?_?[0-9]+(?:_[0-9]+)*$", re.ASCII)
@@ -60,7 +60,7 @@ def link_layer_checks(log: NcclLog) -> list[Finding]:
     return findings
 
 
-def _mixed(log: NcclLog, key: Callable[[NetDevice], str], code: str,
+def _mixed(log: NcclLog, key: Callable[[NetDevice], str], code: Code,
            describe: Callable[[str, list[str]], tuple[str, str]],
            prefer: str | None) -> list[Finding]:
     by_label = {d.label: d for d in log.devices}

@@ -10,15 +10,15 @@ Warnings the catalogue does not know stay ``log-nccl-warning``, quoted in order.
 
 from __future__ import annotations
 
-from clusterenv.findings import Finding, Severity
+from clusterenv.findings import Code, Finding, Severity
 from clusterenv.nccl_log.catalogue import MessageClass, catalogue_classes
 from clusterenv.nccl_log.interfaces import finding, quote
 from clusterenv.nccl_log.model import LogMessage, NcclLog
 
 __all__ = ["CODE_NCCL_MESSAGE", "CODE_NCCL_WARNING", "EXPLAINED_KINDS", "explain_checks"]
 
-CODE_NCCL_MESSAGE = "log-nccl-message"
-CODE_NCCL_WARNING = "log-nccl-warning"
+CODE_NCCL_MESSAGE: Code = "log-nccl-message"
+CODE_NCCL_WARNING: Code = "log-nccl-warning"
 #: Kinds of message that no specific check reads (the others have one in
 #: :mod:`clusterenv.nccl_log.failures` and :mod:`clusterenv.nccl_log.transport`).
 EXPLAINED_KINDS = frozenset({"other", "watchdog", "store", "gloo", "last-error"})

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from clusterenv.findings import Finding, Severity
+from clusterenv.findings import Code, Finding, Severity
 from clusterenv.nccl_log.model import RankInfo, parse_ip
 
 __all__ = [
@@ -32,13 +32,13 @@ __all__ = [
     "process_facts",
 ]
 
-CODE_MIXED_TRANSPORT = "log-mixed-transport"
-CODE_MIXED_INTERFACE = "log-mixed-interface"
-CODE_MIXED_VERSION = "log-mixed-version"
-CODE_MIXED_ENV = "log-mixed-env"
-CODE_MIXED_PLUGIN = "log-mixed-plugin"
-CODE_MIXED_SUBNET = "log-mixed-subnet"
-CODE_MIXED_FACT = "log-mixed-fact"
+CODE_MIXED_TRANSPORT: Code = "log-mixed-transport"
+CODE_MIXED_INTERFACE: Code = "log-mixed-interface"
+CODE_MIXED_VERSION: Code = "log-mixed-version"
+CODE_MIXED_ENV: Code = "log-mixed-env"
+CODE_MIXED_PLUGIN: Code = "log-mixed-plugin"
+CODE_MIXED_SUBNET: Code = "log-mixed-subnet"
+CODE_MIXED_FACT: Code = "log-mixed-fact"
 _SHOWN = 4
 
 
@@ -62,7 +62,7 @@ class FactSpec:
 
     name: str
     agree: str
-    code: str
+    code: Code
     why: str
     fix: Callable[[dict[str, list[RankInfo]]], str]
     explained_by: tuple[str, ...] = ()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from clusterenv.findings import Finding
+from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.interfaces import (
     IFNAME_FIX,
     PEER,
@@ -43,15 +43,15 @@ __all__ = [
     "version_at_least",
 ]
 
-CODE_IBVERBS_FAILURE = "log-ibverbs-failure"
-CODE_CONNECT_TIMEOUT = "log-connect-timeout"
-CODE_IB_QP_FAILURE = "log-ib-qp-failure"
-CODE_IB_MEMLOCK = "log-ib-memlock"
-CODE_SHM_EXHAUSTED = "log-shm-exhausted"
-CODE_NO_INTERFACE = "log-no-interface"
-CODE_NCCL_ERROR = "log-nccl-error"
-CODE_PEER_CLOSED = "log-peer-closed"
-CODE_ADDRESS_FAMILY = "log-address-family"
+CODE_IBVERBS_FAILURE: Code = "log-ibverbs-failure"
+CODE_CONNECT_TIMEOUT: Code = "log-connect-timeout"
+CODE_IB_QP_FAILURE: Code = "log-ib-qp-failure"
+CODE_IB_MEMLOCK: Code = "log-ib-memlock"
+CODE_SHM_EXHAUSTED: Code = "log-shm-exhausted"
+CODE_NO_INTERFACE: Code = "log-no-interface"
+CODE_NCCL_ERROR: Code = "log-nccl-error"
+CODE_PEER_CLOSED: Code = "log-peer-closed"
+CODE_ADDRESS_FAMILY: Code = "log-address-family"
 
 _QP = re.compile(
     r"failed with ([0-9]{1,4}) ([^,]{0,80}), on dev (\S{1,64}), curr state (\w{1,12}), next "
@@ -217,7 +217,7 @@ def qp_checks(log: NcclLog) -> list[Finding]:
     )]
 
 
-_RESOURCES: tuple[tuple[str, str, str, str], ...] = (
+_RESOURCES: tuple[tuple[str, Code, str, str], ...] = (
     ("memlock", CODE_IB_MEMLOCK,
      "RDMA memory registration failed: the locked-memory limit is too low",
      "raise the memlock limit to unlimited where NCCL runs (docker --ulimit memlock=-1; "

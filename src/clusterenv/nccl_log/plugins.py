@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from clusterenv.findings import Finding
+from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.interfaces import MAX_EVIDENCE, finding, labels, quote
 from clusterenv.nccl_log.model import INTERNAL_NETWORKS, NcclLog
 
@@ -18,9 +18,9 @@ __all__ = [
     "plugin_load_checks",
 ]
 
-CODE_PLUGIN_FAILED = "log-plugin-failed"
-CODE_PLUGIN_LOAD = "log-plugin-load"
-CODE_OFI_NO_PROVIDER = "log-ofi-no-provider"
+CODE_PLUGIN_FAILED: Code = "log-plugin-failed"
+CODE_PLUGIN_LOAD: Code = "log-plugin-load"
+CODE_OFI_NO_PROVIDER: Code = "log-ofi-no-provider"
 _FI_PROVIDER = re.compile(r"provider ([\w;.-]{1,64})", re.ASCII)
 
 

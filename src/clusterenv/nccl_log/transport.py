@@ -3,7 +3,7 @@ settings outside what verbs accepts."""
 
 from __future__ import annotations
 
-from clusterenv.findings import Finding
+from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.failures import unopenable
 from clusterenv.nccl_log.interfaces import MAX_EVIDENCE, finding, labels, quote
 from clusterenv.nccl_log.model import NcclLog
@@ -18,10 +18,10 @@ __all__ = [
     "transport_checks",
 ]
 
-CODE_SOCKET_FALLBACK = "log-socket-fallback"
-CODE_IB_DISABLED = "log-ib-disabled"
-CODE_GDR_DISABLED = "log-gdr-disabled"
-CODE_IB_SETTING_RANGE = "log-ib-setting-range"
+CODE_SOCKET_FALLBACK: Code = "log-socket-fallback"
+CODE_IB_DISABLED: Code = "log-ib-disabled"
+CODE_GDR_DISABLED: Code = "log-gdr-disabled"
+CODE_IB_SETTING_RANGE: Code = "log-ib-setting-range"
 
 
 def transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:

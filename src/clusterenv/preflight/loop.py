@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterenv._addresses import parse_ip
 from clusterenv._text import clip
+from clusterenv._values import format_host_port, parse_ip
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.wire import (
     Frame,
@@ -41,7 +41,6 @@ from clusterenv.preflight.wire import (
     encode_json,
     new_nonce,
 )
-from clusterenv.sources._base import format_host_port
 
 __all__ = ["Conn", "ConnectionLoop", "host_of", "peer_text"]
 
@@ -77,10 +76,9 @@ class Conn:
 def peer_text(address: Any) -> str:
     """``"10.65.0.3:41000"`` for a socket address; IPv6 in brackets, IPv4-mapped unwrapped."""
     host, port = str(address[0]), address[1]
-    with contextlib.suppress(ValueError):
-        ip, _ = parse_ip(host)
-        if ip.version == 4:  # IPv4, or IPv4-mapped IPv6 unwrapped
-            host = str(ip)
+    ip = parse_ip(host)
+    if ip is not None and ip.version == 4:  # IPv4, or IPv4-mapped IPv6 unwrapped
+        host = str(ip)
     return format_host_port(host, port)
 
 
