@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
+from clusterenv._shell import export
+from clusterenv._shell import quote as shell_quote
 from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.interfaces import finding, quote
 from clusterenv.nccl_log.model import NcclLog, NetDevice
@@ -105,8 +107,8 @@ def _mixed(log: NcclLog, key: Callable[[NetDevice], str], code: Code,
             f"NCCL uses {', '.join(names)} ({odd}) {title}, and rings through them fail or "
             "crawl",
             tuple(evidence),
-            f"select the ports of one fabric: export NCCL_IB_HCA=={wanted} (the leading `=` "
-            "means exactly these names) on every node" + (
-                f", instead of NCCL_IB_HCA={hca}" if hca else ""),
+            f"select the ports of one fabric: {export('NCCL_IB_HCA', '=' + wanted)} (the "
+            "leading `=` means exactly these names) on every node" + (
+                f", instead of NCCL_IB_HCA={shell_quote(hca)}" if hca else ""),
         ))
     return findings

@@ -7,6 +7,8 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 
+from clusterenv._shell import export
+from clusterenv._shell import quote as shell_quote
 from clusterenv.findings import Code, Finding, Severity
 from clusterenv.nccl_log.model import LogMessage, NcclLog, RankInfo, SocketEndpoint, parse_ip
 
@@ -240,7 +242,8 @@ def _interface_finding(
     ifname = log.env.get("NCCL_SOCKET_IFNAME")
     if ifname:
         evidence.append(f"NCCL_SOCKET_IFNAME set by environment to {ifname}")
-        fix = f"NCCL_SOCKET_IFNAME={ifname} selects {name}: change it; {IFNAME_FIX}"
+        fix = (f"NCCL_SOCKET_IFNAME={shell_quote(ifname)} selects {shell_quote(name)}: change "
+               f"it; {IFNAME_FIX}")
     else:
         evidence.append("NCCL_SOCKET_IFNAME not reported as set: NCCL picked the interface")
         fix = IFNAME_FIX
@@ -268,8 +271,9 @@ def socket_channel_checks(log: NcclLog) -> list[Finding]:
         ]
         if good:
             names = ",".join(good)
-            fix = (f"export NCCL_SOCKET_IFNAME=={names} on every node (the leading `=` means "
-                   f"exactly these names), so that NCCL leaves {name} out")
+            fix = (f"{export('NCCL_SOCKET_IFNAME', '=' + names)} on every node (the leading "
+                   f"`=` means exactly these names), so that NCCL leaves {shell_quote(name)} "
+                   "out")
         else:
             fix = IFNAME_FIX
         findings.append(finding(
