@@ -78,10 +78,11 @@ async def _node(port: int, fp: Fingerprint) -> Verdict:
     try:
         frames = FrameReader(max_payload=DEFAULT_LIMITS.max_verdict_bytes,
                              expect={Kind.HELLO, Kind.VERDICT})
+        writer.write(encode_frame(Kind.OPEN, encode_json({"nonce": new_nonce().hex()})))
         while (frame := frames.next_frame()) is None:
             frames.feed(await reader.read(65536))
         decode_object(frame.payload)
-        body = {"fingerprint": fp.to_wire(), "nonce": new_nonce().hex()}
+        body = {"fingerprint": fp.to_wire()}
         writer.write(encode_frame(Kind.FINGERPRINT, encode_json(body)))
         while (frame := frames.next_frame()) is None:
             data = await reader.read(1 << 20)

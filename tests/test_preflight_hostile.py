@@ -12,6 +12,8 @@ import contextlib
 import dataclasses
 import resource
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -46,17 +48,25 @@ from tests.test_preflight import (
     free_port,
     loopback_host,
     nodes,
+    open_connection,
     primary,
     runpod_env,
 )
 
 
-def raw_fingerprint(port: int, payload: bytes) -> bytes:
-    """Connect, wait for HELLO, send ``payload`` as one FINGERPRINT frame, return the replies."""
+def raw_fingerprint(port: int, payload: bytes, *, opening: bytes | None = None) -> bytes:
+    """Connect, send ``OPEN`` (``opening`` as its payload, else a nonce of zeros), wait for
+    HELLO, send ``payload`` as one FINGERPRINT frame, return the replies."""
     with socket.create_connection((LOOP, port), timeout=10) as sock:
+        sock.sendall(encode_frame(Kind.OPEN, opening or encode_json({"nonce": "00" * 16})))
         reader = FrameReader(max_payload=1 << 24, expect={Kind.HELLO, Kind.REJECT})
-        while reader.next_frame() is None:
-            reader.feed(sock.recv(4096))
+        while (frame := reader.next_frame()) is None:
+            data = sock.recv(4096)
+            if not data:
+                return b""
+            reader.feed(data)
+        if frame.kind == Kind.REJECT:
+            return frame.payload
         sock.sendall(encode_frame(Kind.FINGERPRINT, payload))
         chunks = []
         while data := sock.recv(65536):
@@ -65,7 +75,7 @@ def raw_fingerprint(port: int, payload: bytes) -> bytes:
 
 
 def wire_body(fp: Fingerprint, **fields: object) -> dict[str, object]:
-    return {"fingerprint": {**fp.to_wire(), **fields}, "nonce": "00" * 16}
+    return {"fingerprint": {**fp.to_wire(), **fields}}
 
 
 # -- one bad string: surrogates and terminal escapes ----------------------------------------------
@@ -126,7 +136,7 @@ def bulky(rank: int) -> Fingerprint:
 def test_fifty_bulky_fingerprints_still_give_every_node_a_verdict_it_accepts() -> None:
     # Before: a 37 MB verdict, over the nodes' 16 MiB limit: every honest node exited 2.
     limits = dataclasses.replace(FAST, connection_slack=64)
-    attackers = [encode_json({"fingerprint": bulky(r).to_wire(), "nonce": "00" * 16})
+    attackers = [encode_json({"fingerprint": bulky(r).to_wire()})
                  for r in range(3, 53)]
     assert all(50_000 > len(a) > 40_000 for a in attackers)
     with primary(fingerprint(0), expected=3, limits=limits) as (port, verdict), \
@@ -145,8 +155,7 @@ def test_fifty_bulky_fingerprints_still_give_every_node_a_verdict_it_accepts() -
 
 
 def test_a_refusal_echoes_a_bounded_prefix_of_the_offending_field() -> None:
-    huge = encode_json({"fingerprint": {**fingerprint(1).to_wire(), "schema": "x" * 60000},
-                        "nonce": "00" * 16})
+    huge = encode_json({"fingerprint": {**fingerprint(1).to_wire(), "schema": "x" * 60000}})
     with primary(fingerprint(0, nodes=2), expected=2) as (port, verdict):
         answer = raw_fingerprint(port, huge)
         got = nodes(port, [fingerprint(1, nodes=2)])[0].result(15)
@@ -207,10 +216,8 @@ def test_a_node_that_reconnects_is_counted_once() -> None:
     # A node whose first connection died after its fingerprint was taken (here: sent, then
     # closed) reconnects; the primary counts it once, not as a duplicate rank.
     with primary(fingerprint(0, nodes=3), expected=3) as (port, verdict):
-        with socket.create_connection((LOOP, port), timeout=5) as first:
-            reader = FrameReader(max_payload=1 << 16, expect={Kind.HELLO})
-            while reader.next_frame() is None:
-                reader.feed(first.recv(4096))
+        first = open_connection(port)[0]
+        with first:
             first.sendall(encode_frame(Kind.FINGERPRINT, encode_json(wire_body(fingerprint(1)))))
             time.sleep(0.2)
         again = nodes(port, [fingerprint(1)])[0]
@@ -250,11 +257,8 @@ def test_the_ring_probes_only_the_address_a_node_connected_from() -> None:
     victim_port = victim.getsockname()[1]
     with primary(fingerprint(0), expected=3, ring=True) as (port, verdict):
         honest = nodes(port, [fingerprint(1)])[0]
-        with socket.create_connection((LOOP, port), timeout=5) as sock:
-            reader = FrameReader(max_payload=1 << 20, expect={Kind.HELLO, Kind.RING,
-                                                              Kind.VERDICT})
-            while reader.next_frame() is None:
-                reader.feed(sock.recv(4096))
+        sock, reader = open_connection(port)
+        with sock:
             body = {**wire_body(fingerprint(2)),
                     "ring": {"addr": "127.0.0.9", "port": victim_port}}
             sock.sendall(encode_frame(Kind.FINGERPRINT, encode_json(body)))
@@ -369,3 +373,100 @@ def test_a_node_dropped_by_a_primary_that_then_stops_says_so_quickly() -> None:
                  options=PreflightOptions(timeout=30.0, limits=FAST))
     assert time.monotonic() - start < 5
     thread.join(5)
+
+
+# -- a stranger's greeting cannot set a node's deadline (round 2, item 5) ------------------------
+
+
+@contextlib.contextmanager
+def impostor(addr: str, hello: dict[str, object]) -> Any:
+    """A listener that wins ``addr``'s port: greets every connection with ``hello`` (no MAC)
+    at once, reads whatever the node sends, and never answers."""
+    server = socket.create_server((addr, 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        held = []
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            conn.sendall(encode_frame(Kind.HELLO, encode_json(hello)))
+            held.append(conn)
+        for conn in held:
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def cli_node(tmp_path: Path, port: int, *, token: str | None, timeout: str) -> tuple[
+        subprocess.CompletedProcess[str], float]:
+    """``clusterenv preflight`` as rank 1 of 2 whose PRIMARY_ADDR is 127.0.0.9, killed after
+    30 s; (the result, seconds it took)."""
+    env = runpod_env(1, 2, "127.0.0.9")
+    if token is not None:
+        env["CLUSTERENV_PREFLIGHT_TOKEN"] = token
+    root = loopback_host(tmp_path, "127.0.0.3", env)
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "clusterenv", "preflight", "--root", root, "--timeout", timeout,
+         "--port", str(port)], capture_output=True, text=True, timeout=30, check=False)
+    return result, time.monotonic() - start
+
+
+HOUR = {"nonce": "11" * 16, "auth": True, "ring": False, "timeout_s": 3600}
+
+
+def test_an_unauthenticated_greeting_cannot_hold_a_node_with_a_token(tmp_path: Path) -> None:
+    # Before: the node trusted the greeting's 3600 s and waited an hour for a verdict. Now a
+    # greeting without a MAC over the node's own nonce is refused before anything is sent.
+    with impostor("127.0.0.9", HOUR) as port:
+        result, took = cli_node(tmp_path, port, token="t0ken", timeout="2")
+    assert result.returncode == 2, result.stderr
+    assert took < 10, took
+    assert "is not authenticated with this node's CLUSTERENV_PREFLIGHT_TOKEN" in result.stderr
+    assert "fingerprint was not sent" in result.stderr
+
+
+def test_without_a_token_a_greeting_cannot_stretch_a_nodes_timeout(tmp_path: Path) -> None:
+    # Without a token nothing can be authenticated: the announced 3600 s count only up to the
+    # node's own --timeout, plus the margin for the primary's ring and delivery (5 s).
+    with impostor("127.0.0.9", {**HOUR, "auth": False}) as port:
+        result, took = cli_node(tmp_path, port, token=None, timeout="2")
+    assert result.returncode == 2, result.stderr
+    assert took < 2 + 5 + 3, took
+    assert "sent no verdict within this node's --timeout (2 s) and 5 s more" in result.stderr
+    assert "announced it would collect for 3600 s" in result.stderr
+
+
+def test_an_authenticated_greeting_still_lets_a_node_wait_for_a_later_primary() -> None:
+    # The primary started later and collects for 6 s: a node with --timeout 1 and the token
+    # trusts the MACed greeting and gets the verdict when the last node arrives at 4 s (its own
+    # deadline plus the margin would end at 3 s).
+    token = b"t0ken"
+    own = fingerprint(0, token=True)
+    with primary(own, expected=3, timeout=6, token=token) as (port, verdict):
+        early = run_in_thread(run_node, fingerprint(1, token=True), primary_addr=LOOP,
+                              port=port, options=PreflightOptions(timeout=1.0, token=token,
+                                                                  limits=FAST))
+        time.sleep(4)
+        late = nodes(port, [fingerprint(2, token=True)], token=token)[0]
+        got = [early.result(15), late.result(15)]
+    result = verdict.result()
+    assert got == [result, result] and result.exit_code == 0, result.problems
+
+
+def run_in_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(function, *args, **kwargs)
+    pool.shutdown(wait=False)
+    return future

@@ -13,8 +13,8 @@ at most its own round trip, never lock it out (an honest node sends its message 
 greeted, and one that is closed anyway reconnects). The run's total (``max_total``) counts
 well-formed messages only, so connect/close bursts cannot exhaust it.
 
-Subclasses speak the protocol through four hooks: :meth:`ConnectionLoop._greet` (a connection
-was accepted), :meth:`~ConnectionLoop._on_frame` (a complete frame arrived),
+Subclasses speak the protocol through hooks: :meth:`~ConnectionLoop._on_frame` (a complete
+frame arrived),
 :meth:`~ConnectionLoop._on_peer_closed` and :meth:`~ConnectionLoop._on_timeout` (for states
 other than the first message and the final flush).
 """
@@ -43,12 +43,15 @@ from clusterenv.preflight.wire import (
 )
 from clusterenv.sources._base import format_host_port
 
-__all__ = ["Conn", "ConnectionLoop", "host_of", "peer_text"]
+__all__ = ["PENDING", "Conn", "ConnectionLoop", "host_of", "peer_text"]
 
 _RECV_BYTES = 65536
 _REJECT_FLUSH_S = 1.0
 # Characters of a refusal reason kept in the verdict (a reason may quote what the peer sent).
 _MAX_REASON = 240
+#: States of a connection that has not yet delivered its first piece of work: ``"hello"``
+#: (nothing yet) and ``"open"`` (greeted, its message still to come).
+PENDING = frozenset({"hello", "open"})
 
 
 @dataclass(eq=False)
@@ -56,7 +59,8 @@ class Conn:
     """One accepted connection and what the protocol learned from it.
 
     ``state`` is ``"hello"`` until the first message arrives and ``"closing"`` while the last
-    reply is flushed; the protocol uses others in between (``"waiting"``, ``"ring"``).
+    reply is flushed; the protocol uses others in between (``"open"``, ``"waiting"``,
+    ``"ring"``). Connections in a :data:`PENDING` state have the short ``peer_timeout``.
     """
 
     sock: socket.socket
@@ -195,9 +199,6 @@ class ConnectionLoop:
 
     # -- hooks --------------------------------------------------------------------------------
 
-    def _greet(self, conn: Conn) -> None:
-        """A connection was accepted (send the greeting here)."""
-
     def _on_frame(self, conn: Conn, frame: Frame) -> None:
         """A complete frame arrived; raise :class:`WireError` to refuse the peer."""
         raise WireError(f"unexpected {Kind.NAMES.get(frame.kind, frame.kind)} message")
@@ -253,15 +254,14 @@ class ConnectionLoop:
             self._conns[id(conn)] = conn
             selector.register(sock, selectors.EVENT_READ, conn)
             conn.events = selectors.EVENT_READ
-            self._greet(conn)
 
     def _pending(self) -> int:
-        return sum(1 for c in self._conns.values() if c.state == "hello")
+        return sum(1 for c in self._conns.values() if c.state in PENDING)
 
     def _evict_pending(self) -> None:
         """Close the pending connection silent for longest (the oldest among those that sent
         nothing, else the oldest) to make room for a new one."""
-        pending = [c for c in self._conns.values() if c.state == "hello"]
+        pending = [c for c in self._conns.values() if c.state in PENDING]
         if not pending:
             return
         victim = min(pending, key=lambda c: (c.reader.received > 0, c.deadline))
@@ -293,7 +293,7 @@ class ConnectionLoop:
                 self._flush(conn)
             return
         if not data:
-            if conn.state == "hello":
+            if conn.state in PENDING:
                 self._reject(conn, f"closed the connection ({self._sent(conn)})", send=False)
             else:
                 self._on_peer_closed(conn)
@@ -314,7 +314,7 @@ class ConnectionLoop:
         return "sent nothing" if not received else f"sent only {received} bytes"
 
     def _expire(self, conn: Conn) -> None:
-        if conn.state == "hello":
+        if conn.state in PENDING:
             self._reject(conn, f"{self._sent(conn)} within {self.limits.peer_timeout:.1f} s")
         elif conn.state == "closing":
             self._drop(conn)

@@ -2,8 +2,9 @@
 
 Phases, all in one thread on one :class:`~clusterenv.preflight.loop.ConnectionLoop`:
 
-1. *collect*: greet each connection with ``HELLO`` (a fresh nonce, whether a token is required,
-   the seconds left), read one fingerprint per connection, until every rank
+1. *collect*: answer each connection's ``OPEN`` (the node's nonce) with ``HELLO`` (a fresh
+   nonce, whether a token is required, the seconds left; MACed over the node's nonce when there
+   is a token), read one fingerprint per connection, until every rank
    ``0..NUM_NODES-1`` has reported, or ``NUM_NODES`` fingerprints arrived and :data:`GRACE_S`
    passed (a duplicated rank then costs a second, not the whole timeout), or the deadline;
 2. *ring* (optional): tell each node its successor in rank order, collect the probe results;
@@ -22,9 +23,9 @@ from typing import Any
 
 from clusterenv.preflight.compare import compare
 from clusterenv.preflight.fingerprint import Fingerprint
-from clusterenv.preflight.loop import Conn, ConnectionLoop, host_of
+from clusterenv.preflight.loop import PENDING, Conn, ConnectionLoop, host_of
 from clusterenv.preflight.options import PreflightOptions
-from clusterenv.preflight.ring import PROBE_TIMEOUT_S, probe
+from clusterenv.preflight.ring import PROBE_TIMEOUT_S, RING_PHASE_S, probe
 from clusterenv.preflight.verdict import (
     TABLE_LIMIT,
     NodeRef,
@@ -48,7 +49,6 @@ __all__ = ["GRACE_S", "PrimaryServer", "serve_primary"]
 #: Seconds the primary waits for stragglers once NUM_NODES fingerprints arrived but some rank is
 #: still missing (a duplicate rank took its place).
 GRACE_S = 1.0
-_RING_TIMEOUT_S = 5.0
 
 
 def _node_order(addr: str, rank: int | None) -> tuple[object, ...]:
@@ -103,7 +103,8 @@ class PrimaryServer(ConnectionLoop):
     ) -> None:
         nodes = max(1, expected_nodes)
         ring, limits = options.ring, options.limits
-        expect = {Kind.FINGERPRINT, Kind.PROBE, *((Kind.RING_RESULT,) if ring else ())}
+        expect = {Kind.OPEN, Kind.FINGERPRINT, Kind.PROBE, Kind.REJECT,
+                  *((Kind.RING_RESULT,) if ring else ())}
         super().__init__(
             listen_addr=listen_addr, port=port, limits=limits, expect=expect,
             max_pending=nodes - 1 + limits.connection_slack,
@@ -165,7 +166,7 @@ class PrimaryServer(ConnectionLoop):
             until = deadline if full_since is None else min(deadline, full_since + GRACE_S)
             self._loop_once(until)
         self._collecting = False
-        for conn in [c for c in self._conns.values() if c.state == "hello"]:
+        for conn in [c for c in self._conns.values() if c.state in PENDING]:
             self._reject(conn, "the primary's deadline passed before this node's fingerprint "
                          "arrived", record=False)
         if not self.ring:
@@ -173,23 +174,47 @@ class PrimaryServer(ConnectionLoop):
 
     # -- the protocol ---------------------------------------------------------------------------
 
-    def _greet(self, conn: Conn) -> None:
-        # A node waits for the verdict as long as this says (plus a margin), however short its
-        # own --timeout: the primary may have started later.
+    def _greet(self, conn: Conn, frame: Frame) -> None:
+        """Answer a node's ``OPEN`` (its nonce) with ``HELLO``, MACed over that nonce when
+        there is a token: a node with the token trusts the announced deadline only then."""
+        nonce = decode_object(frame.payload).get("nonce")
+        if not isinstance(nonce, str) or len(nonce) != 32:
+            raise WireError("OPEN message must carry a 32-hex 'nonce'")
+        try:
+            conn.client_nonce = bytes.fromhex(nonce)
+        except ValueError as e:
+            raise WireError("OPEN 'nonce' is not hexadecimal") from e
+        # A node with the token waits for the verdict as long as this says (plus a margin),
+        # however short its own --timeout: the primary may have started later.
         remaining = round(max(0.0, self._deadline - time.monotonic()), 3)
         hello = {"nonce": conn.nonce.hex(), "auth": self.token is not None, "ring": self.ring,
                  "timeout_s": remaining}
-        self._send(conn, encode_frame(Kind.HELLO, encode_json(hello)))
+        conn.state = "open"
+        self._send(conn, encode_frame(Kind.HELLO, encode_json(hello), token=self.token,
+                                      nonce=conn.client_nonce))
 
     def _on_frame(self, conn: Conn, frame: Frame) -> None:
-        if conn.state not in ("hello", "ring"):
-            raise WireError("more than one message on one connection")
-        if conn.state == "hello" and frame.kind == Kind.PROBE:
-            conn.state = "closing"
-            conn.deadline = time.monotonic() + self.limits.send_timeout
-            self._send(conn, encode_frame(Kind.PROBE_ACK, b"{}"))
+        if conn.state == "hello":
+            if frame.kind == Kind.PROBE:
+                conn.state = "closing"
+                conn.deadline = time.monotonic() + self.limits.send_timeout
+                self._send(conn, encode_frame(Kind.PROBE_ACK, b"{}"))
+                return
+            if frame.kind != Kind.OPEN:
+                raise WireError(f"unexpected {Kind.NAMES[frame.kind]} message (expected OPEN)")
+            self._greet(conn, frame)
             return
-        wanted = Kind.FINGERPRINT if conn.state == "hello" else Kind.RING_RESULT
+        if conn.state not in ("open", "ring"):
+            raise WireError("more than one message on one connection")
+        if conn.state == "open" and frame.kind == Kind.REJECT:
+            # A node that does not trust this greeting (another token) says why, so that the
+            # verdict names the node and the reason, not only a missing rank.
+            reason = decode_object(frame.payload).get("reason")
+            self._reject(conn, f"the node refused this primary: {reason}"
+                         if isinstance(reason, str) else "the node refused this primary",
+                         send=False)
+            return
+        wanted = Kind.FINGERPRINT if conn.state == "open" else Kind.RING_RESULT
         if frame.kind != wanted:
             raise WireError(f"unexpected {Kind.NAMES[frame.kind]} message (expected "
                             f"{Kind.NAMES[wanted]})")
@@ -217,14 +242,9 @@ class PrimaryServer(ConnectionLoop):
                         "node: set the same token there")
 
     def _accept_fingerprint(self, conn: Conn, body: dict[str, Any]) -> None:
-        nonce = body.get("nonce")
         fp_data = body.get("fingerprint")
-        if not isinstance(nonce, str) or len(nonce) != 32 or not isinstance(fp_data, dict):
-            raise WireError("fingerprint message must carry 'fingerprint' and a 32-hex 'nonce'")
-        try:
-            conn.client_nonce = bytes.fromhex(nonce)
-        except ValueError as e:
-            raise WireError("fingerprint 'nonce' is not hexadecimal") from e
+        if not isinstance(fp_data, dict):
+            raise WireError("fingerprint message must carry a 'fingerprint' object")
         fingerprint = Fingerprint.from_wire(fp_data)
         # A rank that is still missing is always taken, budget or not: peers that fill the
         # budget with made-up ranks cannot keep a real node's fingerprint out.
@@ -298,7 +318,7 @@ class PrimaryServer(ConnectionLoop):
             ok, detail = probe(addr, port, rank=self.own.rank, timeout=PROBE_TIMEOUT_S)
             own_result.update(ok=ok, detail=detail)
 
-        deadline = time.monotonic() + _RING_TIMEOUT_S
+        deadline = time.monotonic() + RING_PHASE_S
         for index, (_, _, node) in enumerate(members):
             target_ref, target_addr, _ = members[(index + 1) % len(members)]
             if node is None:
