@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import resource
 import socket
 import subprocess
@@ -24,20 +25,27 @@ import pytest
 
 from clusterenv._cli.preflight import format_verdict
 from clusterenv.preflight import (
+    DEFAULT_LIMITS,
     Fingerprint,
+    NodeRef,
     NodeSummary,
     PreflightError,
     PreflightOptions,
     PreflightResult,
+    Problem,
+    RingHop,
     Verdict,
     compare,
     preflight,
     run_node,
 )
+from clusterenv.preflight.fit import fit_verdict
 from clusterenv.preflight.ring import RingListener, probe
+from clusterenv.preflight.verdict import BOUNDS
 from clusterenv.preflight.wire import (
     FrameReader,
     Kind,
+    decode_object,
     encode_frame,
     encode_json,
 )
@@ -470,3 +478,113 @@ def run_in_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
     future = pool.submit(function, *args, **kwargs)
     pool.shutdown(wait=False)
     return future
+
+
+# -- a verdict built to amplify (round 2, item 6) ----------------------------------------------
+
+
+@contextlib.contextmanager
+def fake_primary(addr: str, verdict: bytes) -> Any:
+    """A listener that greets at once (no token), waits for the node's fingerprint and answers
+    with ``verdict`` as the VERDICT payload."""
+    server = socket.create_server((addr, 0))
+    server.settimeout(20)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError), server.accept()[0] as conn:
+            hello = {"nonce": "11" * 16, "auth": False, "ring": False, "timeout_s": 10}
+            conn.sendall(encode_frame(Kind.HELLO, encode_json(hello)))
+            reader = FrameReader(max_payload=1 << 20, expect={Kind.OPEN, Kind.FINGERPRINT})
+            while True:
+                while (frame := reader.next_frame()) is None:
+                    reader.feed(conn.recv(65536))
+                if frame.kind == Kind.FINGERPRINT:
+                    break
+            conn.sendall(encode_frame(Kind.VERDICT, verdict))
+            conn.recv(1)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        thread.join(25)
+        server.close()
+
+
+def verdict_with(**fields: object) -> dict[str, object]:
+    base = Verdict(2, "127.0.0.9:29501", reported=2).to_wire()
+    return {**base, **fields}
+
+
+def empty_evidence(size: int) -> bytes:
+    """A verdict of one problem with as many empty evidence items as fit in ``size`` bytes."""
+    head = encode_json(verdict_with(problems=[{"code": "x", "severity": "error", "title": "t",
+                                               "evidence": ["@"]}]))
+    count = (size - len(head)) // 3
+    return head.replace(b'["@"]', b"[" + b",".join([b'""'] * count) + b"]")
+
+
+def test_a_verdict_of_a_million_empty_evidence_items_is_refused_by_name(tmp_path: Path) -> None:
+    # Before: every item was built and printed (on a 16 MiB verdict: 919 MiB of memory and
+    # 106 MB of output). The node holds a verdict to the bounds any primary cuts it to.
+    payload = empty_evidence(4 * 1024 * 1024 - 64)
+    with fake_primary("127.0.0.9", payload) as port:
+        result, _ = cli_node(tmp_path, port, token=None, timeout="10")
+    assert result.returncode == 2, result.stderr
+    assert re.search(r"the primary.s verdict has 139[0-9]{4} items in", result.stderr)
+    assert "items in 'problems[0].evidence' (at most 12)" in result.stderr
+    assert len(result.stdout) + len(result.stderr) < 2000
+
+
+def test_a_verdict_over_what_any_primary_sends_is_refused_before_it_is_read() -> None:
+    payload = empty_evidence(16 * 1024 * 1024 - 64)  # the size of the original attack
+    with fake_primary(LOOP, payload) as port, pytest.raises(
+            PreflightError, match=r"message of 1677\d{4} bytes exceeds the 4194304-byte limit"):
+        run_node(fingerprint(1), primary_addr=LOOP, port=port,
+                 options=PreflightOptions(timeout=10, limits=FAST))
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"nodes": [{}] * 1_000_000}, "payload has more than 8769 JSON objects"),
+    ({"nodes": [{"rank": 1, "addr": "a"}] * 300}, "has 300 items in 'nodes' (at most 256)"),
+    ({"problems": [{"code": "c", "severity": "error", "title": "t"}] * 200},
+     "has 200 items in 'problems' (at most 128)"),
+    ({"problems": [{"code": "c", "severity": "error", "title": "t",
+                    "nodes": [{"rank": 1}] * 65}]},
+     "has 65 items in 'problems[0].nodes' (at most 64)"),
+    ({"problems": [{"code": "c", "severity": "error", "title": "t" * 5000}]},
+     "field 'problems[0].title' has 5000 characters (at most 1000)"),
+    ({"problems": [{"code": "c", "severity": "error", "title": {"nested": ["x"] * 100}}]},
+     "field 'problems[0].title' must be a string, got dict"),
+    ({"rejected": ["x"] * 49}, "has 49 items in 'rejected' (at most 48)"),
+    ({"ring": [{"source": {}, "target": {}, "ok": False, "detail": "d" * 301}]},
+     "field 'ring[0].detail' has 301 characters (at most 300)"),
+    ({"nodes": [{"addr": "a", "mtu": "9000"}]}, "field 'nodes[0].mtu' must be an integer"),
+])
+def test_a_verdict_beyond_the_bounds_is_refused_naming_the_field(
+    fields: dict[str, object], message: str
+) -> None:
+    with fake_primary(LOOP, encode_json(verdict_with(**fields))) as port, \
+            pytest.raises(PreflightError, match=re.escape(message)):
+        run_node(fingerprint(1), primary_addr=LOOP, port=port,
+                 options=PreflightOptions(timeout=10, limits=FAST))
+
+
+def test_whatever_the_primary_builds_every_node_accepts() -> None:
+    # The other side of the bounds: a verdict of 300 problems, each naming 100 nodes with 50
+    # long evidence lines, fitted as the primary fits it, passes the node's check.
+    refs = tuple(NodeRef(r, f"10.65.{r // 250}.{r % 250}", "\x01" * 200) for r in range(100))
+    problems = tuple(Problem("preflight-env-differs", "error", "t" * 3000, refs,
+                             tuple("e" * 900 for _ in range(50)), "f" * 3000)
+                     for _ in range(300))
+    rows = tuple(NodeSummary(r, "10.65.0.9", "h" * 500) for r in range(400))
+    big = Verdict(400, "10.65.0.2:29501", rows, problems, tuple("r" * 900 for _ in range(90)),
+                  90, tuple(RingHop(refs[0], refs[1], False, "d" * 900) for _ in range(90)),
+                  reported=400)
+    for budget in (DEFAULT_LIMITS.max_verdict_bytes // 4, 64 * 1024):
+        fitted = fit_verdict(big, budget, lambda v: len(encode_json(v.to_wire())))
+        payload = encode_json(fitted.to_wire())
+        again = Verdict.from_wire(decode_object(payload, max_objects=BOUNDS.objects))
+        assert again == fitted and again.exit_code == 1
+        assert again.more_problems + len(again.problems) == 300

@@ -102,6 +102,9 @@ def format_verdict(result: PreflightResult) -> str:
             for hop in verdict.ring
         ]
     lines += ["", render_findings([p.finding() for p in verdict.problems])]
+    if verdict.more_problems:
+        lines.append(f"… and {verdict.more_problems} more problems (the verdict lists "
+                     f"{len(verdict.problems)}, the most severe first)")
     rank = "?" if result.rank is None else result.rank
     outcome = (
         style("consistent", "green") if verdict.ok

@@ -36,7 +36,7 @@ from clusterenv.preflight.ring import (
     probe,
     read_frame,
 )
-from clusterenv.preflight.verdict import Verdict
+from clusterenv.preflight.verdict import BOUNDS, Verdict
 from clusterenv.preflight.wire import (
     Frame,
     FrameReader,
@@ -281,7 +281,8 @@ def _attempt(
                     f"node's {TOKEN_VARIABLE}: set the same token on every node (or on none); "
                     "an unauthenticated verdict is not trusted"
                 )
-            body = decode_object(frame.payload)
+            # The most objects a verdict within its bounds has: decoding stops beyond it.
+            body = decode_object(frame.payload, max_objects=BOUNDS.objects)
             if frame.kind == Kind.VERDICT:
                 return Verdict.from_wire(body)
             _answer_ring(sock, body, rank=fingerprint.rank, token=token, nonce=primary_nonce,

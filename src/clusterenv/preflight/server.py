@@ -23,6 +23,7 @@ from typing import Any
 
 from clusterenv.preflight.compare import compare
 from clusterenv.preflight.fingerprint import Fingerprint
+from clusterenv.preflight.fit import fit_verdict
 from clusterenv.preflight.loop import PENDING, Conn, ConnectionLoop, host_of
 from clusterenv.preflight.options import PreflightOptions
 from clusterenv.preflight.ring import PROBE_TIMEOUT_S, RING_PHASE_S, probe
@@ -32,7 +33,6 @@ from clusterenv.preflight.verdict import (
     NodeSummary,
     RingHop,
     Verdict,
-    fit_verdict,
 )
 from clusterenv.preflight.wire import (
     Frame,

@@ -99,7 +99,8 @@ class Limits:
 
     Attributes:
         max_message_bytes: Largest payload the primary accepts from a node, e.g. ``65536``.
-        max_verdict_bytes: Largest verdict a node accepts from the primary, e.g. 16 MiB.
+        max_verdict_bytes: Largest verdict a node accepts from the primary, e.g. 4 MiB (the
+            primary fits every verdict into a quarter of it).
         peer_timeout: Seconds a connection has, from accept, to deliver its complete
             fingerprint, e.g. ``3.0``; a silent or trickling peer is dropped after it.
         send_timeout: Seconds to deliver the verdict to one node, e.g. ``5.0``.
@@ -115,7 +116,7 @@ class Limits:
     """
 
     max_message_bytes: int = 64 * 1024
-    max_verdict_bytes: int = 16 * 1024 * 1024
+    max_verdict_bytes: int = 4 * 1024 * 1024
     peer_timeout: float = 3.0
     send_timeout: float = 5.0
     connection_slack: int = 16
@@ -282,16 +283,38 @@ def _reject_constant(name: str) -> Any:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def decode_object(payload: bytes) -> dict[str, Any]:
+class _TooManyObjects(Exception):
+    pass
+
+
+def decode_object(payload: bytes, *, max_objects: int | None = None) -> dict[str, Any]:
     """The payload as a JSON object; a lone surrogate spelled as a JSON escape (``\\ud800``)
     comes back written out (``"\\\\ud800"``), so no received string fails to encode.
 
+    Args:
+        payload: The frame's payload.
+        max_objects: Refuse a payload with more JSON objects than this (decoding stops at the
+            first one over), e.g. the most a bounded verdict has: a few megabytes of ``{}``
+            would otherwise become millions of dictionaries.
+
     Raises:
         WireError: Not UTF-8, not JSON (``NaN`` and ``Infinity`` included), nested too deeply,
-            or not an object.
+            not an object, or more objects than ``max_objects``.
     """
+    count = 0
+
+    def counted(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal count
+        count += 1
+        if max_objects is not None and count > max_objects:
+            raise _TooManyObjects
+        return dict(pairs)
+
     try:
-        data = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+        data = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant,
+                          object_pairs_hook=counted if max_objects is not None else None)
+    except _TooManyObjects as e:
+        raise WireError(f"payload has more than {max_objects} JSON objects") from e
     except UnicodeDecodeError as e:
         raise WireError(f"payload is not UTF-8 ({e.reason} at byte {e.start})") from e
     except RecursionError as e:
