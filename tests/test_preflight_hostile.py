@@ -32,6 +32,7 @@ from clusterenv.preflight import (
     PreflightError,
     PreflightOptions,
     PreflightResult,
+    PrimaryServer,
     Problem,
     RingHop,
     Verdict,
@@ -39,6 +40,7 @@ from clusterenv.preflight import (
     preflight,
     run_node,
 )
+from clusterenv.preflight.compare import missing_spans
 from clusterenv.preflight.fit import fit_verdict
 from clusterenv.preflight.ring import RingListener, probe
 from clusterenv.preflight.verdict import BOUNDS
@@ -49,6 +51,7 @@ from clusterenv.preflight.wire import (
     encode_frame,
     encode_json,
 )
+from clusterenv.sources._base import MAX_NODES
 from tests.test_preflight import (
     FAST,
     LOOP,
@@ -588,3 +591,41 @@ def test_whatever_the_primary_builds_every_node_accepts() -> None:
         again = Verdict.from_wire(decode_object(payload, max_objects=BOUNDS.objects))
         assert again == fitted and again.exit_code == 1
         assert again.more_problems + len(again.problems) == 300
+
+
+# -- an unbounded node count (round 2, item 10) ---------------------------------------------------
+
+
+def _two_gib() -> None:  # a regression fails with MemoryError instead of swamping the machine
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def test_a_primary_with_a_billion_nodes_refuses_at_once_naming_the_bound(tmp_path: Path) -> None:
+    # Before: the primary waited, then listed every expected rank: MemoryError after 10 s, a
+    # traceback and exit 1.
+    env = {**runpod_env(0, 2, "127.0.0.2"), "NUM_NODES": "999999999"}
+    root = loopback_host(tmp_path, "127.0.0.2", env)
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "clusterenv", "preflight", "--root", root, "--timeout", "2",
+         "--port", str(free_port())], capture_output=True, text=True, timeout=60, check=False,
+        preexec_fn=_two_gib)
+    assert result.returncode == 2, result.stderr
+    assert time.monotonic() - start < 20
+    assert "NUM_NODES=999999999 is above the supported maximum of 65536 nodes" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_ranks_come_from_what_was_reported() -> None:
+    # At the bound, two reports: the missing ranks are two ranges, not 65,534 numbers.
+    fps = [fingerprint(0, nodes=MAX_NODES), fingerprint(MAX_NODES - 1, nodes=MAX_NODES)]
+    problems = compare([("10.65.0.2", fps[0]), ("10.65.0.3", fps[1])], expected_nodes=MAX_NODES,
+                       waited_s=1.0)
+    (missing,) = [p for p in problems if p.code == "preflight-rank-missing"]
+    assert missing.title == "65534 of 65536 nodes did not report within 1.0 s: ranks 1-65534"
+    assert [n.rank for n in missing.nodes] == list(range(1, 65))
+    assert missing_spans([5, 0, 9, 1, 70], 10) == [(2, 4), (6, 8)]
+    assert missing_spans([], 3) == [(0, 2)] and missing_spans([0, 1, 2], 3) == []
+    with pytest.raises(ValueError, match="expected_nodes=65537: at most 65536 nodes"):
+        PrimaryServer(fingerprint(0), listen_addr=LOOP, port=0, expected_nodes=MAX_NODES + 1,
+                      options=PreflightOptions(timeout=1))

@@ -53,7 +53,7 @@ from clusterenv.preflight.options import PreflightOptions
 from clusterenv.preflight.server import PrimaryServer, serve_primary
 from clusterenv.preflight.verdict import NodeRef, NodeSummary, Problem, RingHop, Verdict
 from clusterenv.preflight.wire import DEFAULT_LIMITS, Limits
-from clusterenv.sources._base import format_host_port
+from clusterenv.sources._base import MAX_NODES, format_host_port
 
 if TYPE_CHECKING:
     from clusterenv._facts import Facts
@@ -194,6 +194,10 @@ def preflight(
         return failed("node", None, "cannot tell the cluster from this environment (NUM_NODES "
                       "and PRIMARY_ADDR/MASTER_ADDR are needed); `clusterenv doctor` says what is "
                       "wrong")
+    if own.num_nodes > MAX_NODES:  # read as given when the environment is invalid
+        return failed("node", None, f"NUM_NODES={own.num_nodes} is above the supported maximum "
+                      f"of {MAX_NODES} nodes: set NUM_NODES to the number of nodes (`clusterenv "
+                      "doctor` says what else is wrong)")
     chosen_port = port if port is not None else default_port(own.primary_port)
     if own.num_nodes <= 1:
         addr = own.node_addr or own.primary_addr

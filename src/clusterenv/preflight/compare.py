@@ -16,7 +16,7 @@ from clusterenv.findings import Finding, Severity
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.verdict import NodeRef, Problem, RingHop
 
-__all__ = ["compare", "ranks_text"]
+__all__ = ["compare", "missing_spans", "ranks_text", "spans_text"]
 
 # Variables that only change logging: a difference is worth a warning, not a failed preflight.
 _LOGGING_ONLY = frozenset(
@@ -40,21 +40,39 @@ def ranks_text(ranks: Iterable[int | None], limit: int = 24) -> str:
     """Ranks as compact text, e.g. ``"rank 2"``, ``"ranks 0-3, 7"``; long lists end in ``…``."""
     given = list(ranks)
     known = sorted({r for r in given if r is not None})
-    spans: list[str] = []
-    index = 0
-    while index < len(known):
-        end = index
-        while end + 1 < len(known) and known[end + 1] == known[end] + 1:
-            end += 1
-        first, last = known[index], known[end]
-        spans.append(str(first) if first == last else f"{first}-{last}")
-        index = end + 1
-    if any(r is None for r in given):
-        spans.append("?")
-    if len(spans) > limit:
-        spans = [*spans[:limit], "…"]
-    word = "rank" if len(known) == 1 and len(spans) == 1 else "ranks"
-    return f"{word} {', '.join(spans)}" if spans else "no ranks"
+    spans: list[tuple[int, int]] = []
+    for rank in known:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], rank)
+        else:
+            spans.append((rank, rank))
+    return spans_text(spans, unknown=any(r is None for r in given), limit=limit)
+
+
+def spans_text(spans: Sequence[tuple[int, int]], *, unknown: bool = False, limit: int = 24) -> str:
+    """Ranges of ranks as text, e.g. ``[(0, 3), (7, 7)]`` -> ``"ranks 0-3, 7"``."""
+    words = [str(first) if first == last else f"{first}-{last}" for first, last in spans]
+    if unknown:
+        words.append("?")
+    if len(words) > limit:
+        words = [*words[:limit], "…"]
+    one = len(spans) == 1 and spans[0][0] == spans[0][1] and not unknown
+    return f"{'rank' if one else 'ranks'} {', '.join(words)}" if words else "no ranks"
+
+
+def missing_spans(reported: Iterable[int], expected: int) -> list[tuple[int, int]]:
+    """The ranges of ``0..expected-1`` that no reported rank covers, computed from the reported
+    ranks alone (never by listing every expected rank: ``NUM_NODES`` may be large), e.g.
+    ``missing_spans([0, 1, 5], 8)`` -> ``[(2, 4), (6, 7)]``."""
+    gaps = []
+    following = 0
+    for rank in sorted({r for r in reported if 0 <= r < expected}):
+        if rank > following:
+            gaps.append((following, rank - 1))
+        following = rank + 1
+    if following < expected:
+        gaps.append((following, expected - 1))
+    return gaps
 
 
 def _names(refs: Sequence[NodeRef], limit: int = 6) -> str:
@@ -151,13 +169,15 @@ def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> l
                 "give each node a distinct NODE_RANK: two nodes with one rank hang the "
                 "rendezvous or fail with 'Duplicate GPU detected'",
             ))
-    missing = [r for r in range(expected) if r not in by_rank]
+    gaps = missing_spans(by_rank, expected)
+    missing = sum(last - first + 1 for first, last in gaps)
     if missing:
+        named = [r for first, last in gaps[:64] for r in range(first, min(last, first + 63) + 1)]
         out.append(Problem.of(
             "preflight-rank-missing",
-            f"{len(missing)} of {expected} nodes did not report within {waited:.1f} s: "
-            f"{ranks_text(missing)}",
-            tuple(NodeRef(r) for r in missing[:64]),
+            f"{missing} of {expected} nodes did not report within {waited:.1f} s: "
+            f"{spans_text(gaps)}",
+            tuple(NodeRef(r) for r in named[:64]),
             (f"reported: {ranks_text(by_rank)}",),
             "run `clusterenv preflight` on every node at the same time; on a missing node, its "
             "own output says whether it reached the primary",

@@ -43,6 +43,7 @@ from clusterenv.preflight.wire import (
     encode_json,
     verify_mac,
 )
+from clusterenv.sources._base import MAX_NODES
 
 __all__ = ["GRACE_S", "PrimaryServer", "serve_primary"]
 
@@ -101,6 +102,8 @@ class PrimaryServer(ConnectionLoop):
         expected_nodes: int,
         options: PreflightOptions,
     ) -> None:
+        if expected_nodes > MAX_NODES:
+            raise ValueError(f"expected_nodes={expected_nodes}: at most {MAX_NODES} nodes")
         nodes = max(1, expected_nodes)
         ring, limits = options.ring, options.limits
         expect = {Kind.OPEN, Kind.FINGERPRINT, Kind.PROBE, Kind.REJECT,
@@ -116,7 +119,13 @@ class PrimaryServer(ConnectionLoop):
         self.timeout = options.timeout
         self.token = options.token or None
         self.ring = ring
-        self._accepted: list[Conn] = []
+        # Bookkeeping in constant time per fingerprint: the accepted connections (in arrival
+        # order), how many fingerprints claim each rank, and how many of the ranks
+        # 0..NUM_NODES-1 have reported (the primary's own included).
+        self._accepted: dict[int, Conn] = {}
+        self._by_rank: dict[int | None, int] = {}
+        self._by_peer: dict[tuple[str, int | None], list[Conn]] = {}
+        self._covered = 1 if self._expected(own.rank) else 0
         self._collecting = True
         self._deadline = float("inf")
 
@@ -148,16 +157,35 @@ class PrimaryServer(ConnectionLoop):
         finally:
             self.close()
 
+    def _expected(self, rank: int | None) -> bool:
+        return rank is not None and 0 <= rank < self.expected_nodes
+
+    def _add(self, conn: Conn, fingerprint: Fingerprint) -> None:
+        conn.fingerprint = fingerprint
+        self._accepted[id(conn)] = conn
+        rank = fingerprint.rank
+        self._by_rank[rank] = self._by_rank.get(rank, 0) + 1
+        if self._by_rank[rank] == 1 and self._expected(rank) and rank != self.own.rank:
+            self._covered += 1
+        self._by_peer.setdefault((host_of(conn.peer), rank), []).append(conn)
+
+    def _remove(self, conn: Conn) -> None:
+        if self._accepted.pop(id(conn), None) is None or conn.fingerprint is None:
+            return
+        rank = conn.fingerprint.rank
+        self._by_rank[rank] -= 1
+        if not self._by_rank[rank]:
+            del self._by_rank[rank]
+            if self._expected(rank) and rank != self.own.rank:
+                self._covered -= 1
+        same = self._by_peer.get((host_of(conn.peer), rank), [])
+        if conn in same:
+            same.remove(conn)
+
     def _collect(self, deadline: float) -> None:
-        ranks: set[int | None] = {self.own.rank}
-        counted = 0
         full_since: float | None = None
         while time.monotonic() < deadline:
-            if counted != len(self._accepted):  # cheap: only recount when something changed
-                ranks = {self.own.rank} | {c.fingerprint.rank for c in self._accepted
-                                           if c.fingerprint is not None}
-                counted = len(self._accepted)
-            if all(r in ranks for r in range(self.expected_nodes)):
+            if self._covered >= self.expected_nodes:  # every rank 0..NUM_NODES-1 reported
                 break
             if 1 + len(self._accepted) >= self.expected_nodes:
                 full_since = full_since or time.monotonic()
@@ -249,8 +277,7 @@ class PrimaryServer(ConnectionLoop):
         # A rank that is still missing is always taken, budget or not: peers that fill the
         # budget with made-up ranks cannot keep a real node's fingerprint out.
         rank = fingerprint.rank
-        missing = rank is not None and 0 <= rank < self.expected_nodes and rank != self.own.rank \
-            and all(c.fingerprint is None or c.fingerprint.rank != rank for c in self._accepted)
+        missing = self._expected(rank) and rank != self.own.rank and rank not in self._by_rank
         if missing:
             self._work += 1
         elif not self._count_work(conn):
@@ -263,21 +290,16 @@ class PrimaryServer(ConnectionLoop):
                 # probes cluster nodes, not whatever address a peer chooses.
                 conn.ring_addr = (host_of(conn.peer), port)
         self._forget_closed(conn, fingerprint)
-        conn.fingerprint = fingerprint
         conn.state = "waiting"
         conn.deadline = float("inf")  # now it waits for the verdict, as long as collection runs
-        self._accepted.append(conn)
+        self._add(conn, fingerprint)
 
     def _forget_closed(self, conn: Conn, fingerprint: Fingerprint) -> None:
         """A node that reconnects (its first connection was closed before the verdict) replaces
         its earlier fingerprint instead of counting twice."""
-        host = host_of(conn.peer)
-        for old in list(self._accepted):
-            fp = old.fingerprint
-            if fp is None or fp.rank != fingerprint.rank or host_of(old.peer) != host:
-                continue
+        for old in list(self._by_peer.get((host_of(conn.peer), fingerprint.rank), ())):
             if old.sock.fileno() < 0 or _peer_gone(old):
-                self._accepted.remove(old)
+                self._remove(old)
                 self._drop(old)
 
     def _on_peer_closed(self, conn: Conn) -> None:
@@ -294,8 +316,7 @@ class PrimaryServer(ConnectionLoop):
             self._drop(conn)
 
     def _on_rejected(self, conn: Conn) -> None:
-        if conn.fingerprint is not None and conn in self._accepted:
-            self._accepted.remove(conn)
+        self._remove(conn)
 
     # -- ring, verdict, delivery ----------------------------------------------------------------
 
@@ -304,7 +325,7 @@ class PrimaryServer(ConnectionLoop):
             (NodeRef(self.own.rank, self.listen_addr, self.own.hostname),
              (self.listen_addr, self.port), None)
         ]
-        for member in self._accepted:
+        for member in self._accepted.values():
             if (fp := member.fingerprint) is not None:
                 members.append((NodeRef(fp.rank, host_of(member.peer), fp.hostname),
                                 member.ring_addr, member))
@@ -337,7 +358,7 @@ class PrimaryServer(ConnectionLoop):
             self._send(node, encode_frame(Kind.RING, message, token=self.token,
                                           nonce=node.client_nonce))
         while time.monotonic() < deadline and any(
-            c.state == "ring" and c.sock.fileno() >= 0 for c in self._accepted
+            c.state == "ring" and c.sock.fileno() >= 0 for c in self._accepted.values()
         ):
             self._loop_once(deadline)
         if own_thread is not None:
@@ -357,7 +378,7 @@ class PrimaryServer(ConnectionLoop):
         def order_of(entry: tuple[str, Fingerprint]) -> tuple[object, ...]:
             return _node_order(entry[0], entry[1].rank)
 
-        others = sorted(((host_of(c.peer), fp) for c in self._accepted
+        others = sorted(((host_of(c.peer), fp) for c in self._accepted.values()
                          if (fp := c.fingerprint) is not None), key=order_of)
         entries = [(self.listen_addr, self.own), *others]
         problems = compare(
@@ -383,7 +404,7 @@ class PrimaryServer(ConnectionLoop):
         payload = encode_json(verdict.to_wire())
         plain = encode_frame(Kind.VERDICT, payload) if self.token is None else b""
         deadline = time.monotonic() + self.limits.send_timeout
-        for conn in list(self._accepted):
+        for conn in list(self._accepted.values()):
             if conn.sock.fileno() < 0:
                 continue
             frame = plain or encode_frame(Kind.VERDICT, payload, token=self.token,

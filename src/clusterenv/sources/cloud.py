@@ -26,6 +26,7 @@ from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
 from clusterenv.sources._base import (
     DEFAULT_PORT,
+    MAX_NODES,
     EnvReader,
     Reading,
     Source,
@@ -93,7 +94,8 @@ class SageMakerSource(Source):
             else:
                 fields["node_rank"] = hosts.index(current)
         fields["num_nodes"] = env.integer("SM_HOST_COUNT", required=False, what="hosts",
-                                          example="<hosts>", minimum=1) or (
+                                          example="<hosts>", minimum=1,
+                                          maximum=MAX_NODES) or (
             len(hosts) if hosts is not None else None)
         port_name, _ = env.first("SM_MASTER_PORT", "MASTER_PORT")
         fields["primary_port"] = (
@@ -196,7 +198,8 @@ class PaiDlcSource(Source):
                                           "process)", example="<node index>")
         fields["num_nodes"] = env.integer("WORLD_SIZE", required=True,
                                           what="the number of nodes (PAI-DLC: nodes, not "
-                                          "processes)", example="<nodes>", minimum=1)
+                                          "processes)", example="<nodes>", minimum=1,
+                                          maximum=MAX_NODES)
         if env.any_set("NPROC_PER_NODE"):
             fields["num_trainers"] = env.integer("NPROC_PER_NODE", required=True,
                                                  what="GPUs per node", example="<GPUs>",

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from clusterenv._root import Root
 from clusterenv.sources._base import (
+    MAX_NODES,
     EnvReader,
     NodeFacts,
     Reading,
@@ -112,7 +113,8 @@ class RunpodSource(Source):
             "NODE_RANK", required=True, what="this node's index, 0 on the primary", example="0"
         )
         fields["num_nodes"] = env.integer(
-            "NUM_NODES", required=True, what="the number of nodes", example="2", minimum=1
+            "NUM_NODES", required=True, what="the number of nodes", example="2", minimum=1,
+            maximum=MAX_NODES,
         )
         fields["num_trainers"] = env.integer(
             "NUM_TRAINERS",

@@ -30,6 +30,7 @@ from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
 from clusterenv.sources._base import (
     DEFAULT_PORT,
+    MAX_NODES,
     EnvReader,
     NodeFacts,
     Reading,
@@ -156,6 +157,7 @@ class SlurmSource(Source):
         nodes = env.integer(
             *((nodes_name,) if nodes_name else ("SLURM_NNODES",)),
             required=True, what="the number of nodes in the step", example="<nodes>", minimum=1,
+            maximum=MAX_NODES,
         )
         node_rank = env.integer(
             "SLURM_NODEID",
