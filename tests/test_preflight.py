@@ -45,7 +45,11 @@ from clusterenv.preflight import (
     serve_primary,
 )
 from clusterenv.preflight.compare import ranks_text
-from clusterenv.preflight.fingerprint import compared_environment, is_secret_name
+from clusterenv.preflight.fingerprint import (
+    FINGERPRINT_SCHEMA,
+    compared_environment,
+    is_secret_name,
+)
 from clusterenv.preflight.wire import (
     HEADER,
     MAC_BYTES,
@@ -191,14 +195,14 @@ def test_fingerprint_round_trips_through_json() -> None:
     fp = fingerprint(1, rdma=RdmaSummary("roce", ("mlx5_0",), 1, (400.0,), ("mlx5_1 port 1 DOWN",)),
                      local_errors=(Finding("x-y", "error", "bad", ("e",), "fix it"),), token=True)
     wire = json.loads(json.dumps(fp.to_wire()))
-    assert wire["schema"] == 1
+    assert wire["schema"] == FINGERPRINT_SCHEMA == 2
     assert Fingerprint.from_wire(wire) == fp
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"schema": 2}, "fingerprint schema 2, the primary reads schema 1"),
+        ({"schema": 1}, "fingerprint schema 1, the primary reads schema 2"),
         ({"rank": "1"}, "field 'rank' must be an integer"),
         ({"rank": True}, "field 'rank' must be an integer"),
         ({"rank": 2**40}, "field 'rank' must be an integer"),
@@ -229,10 +233,10 @@ json_values = st.recursive(
 
 @given(st.dictionaries(
     st.sampled_from(["schema", "rank", "num_nodes", "env", "rdma", "mtu", "versions", "token",
-                     "local_errors", "hostname", "gpus"]), json_values))
+                     "local_errors", "hostname", "gpus", "trimmed"]), json_values))
 @settings(max_examples=80, deadline=None)
 def test_any_object_gives_a_fingerprint_or_a_wire_error(data: dict[str, Any]) -> None:
-    data = {"schema": 1, **data} if "schema" not in data else data
+    data = {"schema": FINGERPRINT_SCHEMA, **data} if "schema" not in data else data
     try:
         fp = Fingerprint.from_wire(data)
     except WireError as e:

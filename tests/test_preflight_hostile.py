@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import re
 import resource
 import socket
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from clusterenv._cli.preflight import format_verdict
+from clusterenv.findings import Finding
 from clusterenv.preflight import (
     DEFAULT_LIMITS,
     Fingerprint,
@@ -34,6 +36,7 @@ from clusterenv.preflight import (
     PreflightResult,
     PrimaryServer,
     Problem,
+    RdmaSummary,
     RingHop,
     Verdict,
     compare,
@@ -41,7 +44,7 @@ from clusterenv.preflight import (
     run_node,
 )
 from clusterenv.preflight.compare import missing_spans
-from clusterenv.preflight.fit import fit_verdict
+from clusterenv.preflight.fit import fit_fingerprint, fit_verdict
 from clusterenv.preflight.ring import RingListener, probe
 from clusterenv.preflight.verdict import BOUNDS
 from clusterenv.preflight.wire import (
@@ -629,3 +632,60 @@ def test_missing_ranks_come_from_what_was_reported() -> None:
     with pytest.raises(ValueError, match="expected_nodes=65537: at most 65536 nodes"):
         PrimaryServer(fingerprint(0), listen_addr=LOOP, port=0, expected_nodes=MAX_NODES + 1,
                       options=PreflightOptions(timeout=1))
+
+
+# -- an honest fingerprint larger than a frame (round 2, item 11) --------------------------------
+
+
+LONG = {f"NCCL_LONG_{i:02d}": f"{i}-" + "v" * 3996 for i in range(20)}
+
+
+def test_an_honest_node_with_long_nccl_values_is_compared_not_refused(tmp_path: Path) -> None:
+    # Before: 20 NCCL_* values of 4000 characters made an 81 KB fingerprint, refused ("exceeds
+    # the 65536-byte limit"); the node exited 2 and the others listed it as missing. Now it is
+    # fitted: long values travel as a prefix and a digest, and are compared by the digest, so
+    # the one value that differs in its last character is still found, on that node only.
+    port = free_port()
+    envs = [{**runpod_env(r, 3, "127.0.0.2"), **LONG} for r in range(3)]
+    envs[2]["NCCL_LONG_07"] = LONG["NCCL_LONG_07"][:-1] + "w"
+    roots = [loopback_host(tmp_path / f"n{r}", f"127.0.0.{r + 2}", envs[r]) for r in range(3)]
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(preflight, environ=envs[r], root=roots[r], timeout=10, port=port)
+                   for r in range(3)]
+        results = [f.result(30) for f in futures]
+    assert [r.role for r in results] == ["primary", "node", "node"], [r.error for r in results]
+    verdict = results[0].verdict
+    assert verdict is not None and all(r.verdict == verdict for r in results)
+    codes = [p.code for p in verdict.problems]
+    assert "preflight-rank-missing" not in codes and verdict.reported == 3
+    differs = [p for p in verdict.problems if p.code == "preflight-env-differs"]
+    assert [p.title.split(" differs")[0] for p in differs] == ["NCCL_LONG_07"]
+    assert [n.rank for n in differs[0].nodes] == [2]
+    (trimmed,) = [p for p in verdict.problems if p.code == "preflight-fingerprint-trimmed"]
+    assert trimmed.severity == "info" and {n.rank for n in trimmed.nodes} == {1, 2}
+    assert "20 values of compared variables sent as a prefix and a digest" in trimmed.evidence[0]
+
+
+def test_a_fitted_fingerprint_fits_whatever_the_node_holds() -> None:
+    # The last step fits by construction: 256 variables with long names and values of control
+    # characters (6 bytes each in JSON), 64 long local findings, long RDMA lists.
+    worst = fingerprint(
+        1, hostname="\x01" * 512, interface_reason="\x01" * 512,
+        env={"NCCL_" + "\x02" * 200 + f"{i:03d}": "\x03" * 4096 for i in range(256)},
+        local_errors=tuple(Finding("c" * 512, "error", "\x04" * 4096, ("\x05" * 512,) * 8,
+                                   "\x06" * 4096) for _ in range(64)),
+        rdma=RdmaSummary("roce", ("\x07" * 512,) * 64, 64, (400.0,) * 64, ("\x08" * 512,) * 64,
+                         ("\x09" * 512,) * 64),
+        versions={f"v{i}": "\x0b" * 512 for i in range(16)},
+    )
+
+    def size(fp: Fingerprint) -> int:
+        return len(encode_json({"fingerprint": fp.to_wire()}))
+
+    assert size(worst) > 1_000_000
+    fitted = fit_fingerprint(worst, DEFAULT_LIMITS.max_message_bytes - 512, size)
+    assert size(fitted) <= DEFAULT_LIMITS.max_message_bytes - 512
+    assert Fingerprint.from_wire(json.loads(encode_json(fitted.to_wire()))) == fitted
+    assert len(fitted.env) == 256 and fitted.trimmed
+    same = fit_fingerprint(fingerprint(1), 65000, size)
+    assert same == fingerprint(1) and not same.trimmed

@@ -393,6 +393,9 @@ CODES: dict[str, CodeInfo] = {
     "preflight-rejected-peers": CodeInfo(
         "preflight", "warning", "Connections without a valid fingerprint were refused"
     ),
+    "preflight-fingerprint-trimmed": CodeInfo(
+        "preflight", "info", "A node's fingerprint was fitted to the message limit"
+    ),
     # -- bench
     "bench-slow-node": CodeInfo("bench", "error", "One node's bandwidth is far below the rest"),
     "bench-slow-link": CodeInfo("bench", "warning", "One direction between two nodes is slow"),

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from clusterenv._addresses import parse_ip
 from clusterenv.findings import Finding, Severity
+from clusterenv.preflight.digest import compare_key
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.verdict import NodeRef, Problem, RingHop
 
@@ -202,19 +203,47 @@ def _contract_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 
 def _env_problems(entries: Sequence[_Entry]) -> list[Problem]:
-    names = sorted({name for e in entries for name in e.fp.env} - _PER_NODE)
+    # Names and values are compared by compare_key: a long value sent as a prefix and a digest
+    # (a fingerprint fitted to the message limit) agrees with the same value sent in full.
+    keyed: dict[int, dict[str, str]] = {}
+    names: dict[str, str] = {}  # key -> the name as the first node sent it
+    shown: dict[str, str] = {}  # key -> the value as the first node sent it
+    for e in entries:
+        values = keyed[id(e.fp)] = {}
+        for name, value in e.fp.env.items():
+            name_key, value_key = compare_key(name), compare_key(value)
+            names.setdefault(name_key, name)
+            shown.setdefault(value_key, value)
+            values[name_key] = value_key
     out = []
-    for name in names:
+    for name_key, name in sorted(names.items(), key=lambda kv: kv[1]):
+        if name in _PER_NODE:
+            continue
         problem = _differ(
-            entries, lambda fp, n=name: fp.env.get(n),  # type: ignore[misc]
+            entries, lambda fp, n=name_key: keyed[id(fp)].get(n),  # type: ignore[misc]
             what=name, code="preflight-env-differs",
             severity="warning" if name in _LOGGING_ONLY else "error",
+            show=lambda key: _show(None if key is None else shown[key]),
             fix=f"set {name} to the same value on every node (in the image or the launcher's "
             "environment, not by hand in one shell), or unset it everywhere",
         )
         if problem is not None:
             out.append(problem)
     return out
+
+
+def _trimmed_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    trimmed = [e for e in entries if e.fp.trimmed]
+    if not trimmed:
+        return []
+    refs = [e.ref for e in trimmed]
+    return [Problem.of(
+        "preflight-fingerprint-trimmed",
+        f"{_names(refs)}: fingerprint fitted to the message limit", tuple(refs),
+        tuple(f"{e.ref}: {note}" for e in trimmed[:_MAX_EVIDENCE] for note in e.fp.trimmed[:1]),
+        "nothing to do: long values are compared by their digest; shorten them to read them "
+        "in the verdict",
+    )]
 
 
 def _network_problems(entries: Sequence[_Entry]) -> list[Problem]:
@@ -440,6 +469,7 @@ def compare(
         problems += _token_problems(items)
         problems += _local_problems(items)
         problems += _address_problems(items)
+        problems += _trimmed_problems(items)
     problems += _ring_problems(ring)
     problems += _rejected_problem(rejected, rejected_total)
     return sorted(problems, key=lambda p: _SEVERITY_ORDER[p.severity])  # stable within severity

@@ -22,6 +22,7 @@ from clusterenv._scrub import is_secret_name as _is_secret_name
 from clusterenv._scrub import scrub_value
 from clusterenv._text import clip
 from clusterenv.findings import Finding
+from clusterenv.preflight.digest import digest_form
 from clusterenv.preflight.wire import WireError
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 #: Version of the fingerprint's JSON layout; a node with another schema is refused by name.
-FINGERPRINT_SCHEMA = 1
+FINGERPRINT_SCHEMA = 2
 #: The shared secret that authenticates fingerprints and verdicts when set on every node.
 TOKEN_VARIABLE = "CLUSTERENV_PREFLIGHT_TOKEN"  # noqa: S105  # a variable name, not a secret
 #: Variables compared across nodes: everything with these prefixes …
@@ -64,12 +65,13 @@ def is_secret_name(name: str) -> bool:
 
 def compared_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables a fingerprint carries, sorted, secrets left out and URL credentials
-    replaced (``https://***@host/…``).
+    replaced (``https://***@host/…``). A name or value too long for a fingerprint is sent as
+    a prefix and a digest (:mod:`clusterenv.preflight.digest`), compared by the digest.
 
     Example: ``{"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_SOCKET_IFNAME": "ens1"}``.
     """
     chosen = {
-        name: scrub_value(value)[:_MAX_VALUE]
+        digest_form(name, _MAX_TEXT // 2): digest_form(scrub_value(value), _MAX_VALUE)
         for name, value in environ.items()
         if (name.startswith(ENV_PREFIXES) or name in ENV_EXACT) and not is_secret_name(name)
     }
@@ -127,6 +129,9 @@ class Fingerprint:
         versions: e.g. ``{"torch": "2.4.1", "nccl": "2.21.5", "python": "3.11.9"}``.
         token: Whether ``CLUSTERENV_PREFLIGHT_TOKEN`` is set here (never its value).
         clusterenv: The clusterenv version, e.g. ``"0.1.0"``.
+        trimmed: What was left out or shortened to fit the message limit, e.g. ``("fitted to
+            the 65024-byte message limit (81913 bytes): 20 values sent as a prefix and a
+            digest (compared by the digest)",)``; empty when nothing was.
     """
 
     rank: int | None
@@ -147,6 +152,7 @@ class Fingerprint:
     versions: Mapping[str, str] = field(default_factory=dict)
     token: bool = False
     clusterenv: str = ""
+    trimmed: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object sent on the wire, with ``schema``."""
@@ -196,6 +202,7 @@ class Fingerprint:
             versions=_strmap(data, "versions", 16, _MAX_TEXT),
             token=_bool(data, "token"),
             clusterenv=_text(data, "clusterenv") or "",
+            trimmed=_texts(data, "trimmed")[:4],
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,18 +2,22 @@
 
 A verdict is cut to :data:`~clusterenv.preflight.verdict.BOUNDS` and to the byte budget the
 primary gives it (:func:`fit_verdict`); every node then accepts it, however many nodes report
-whatever they report.
+whatever they report. A fingerprint is cut to the primary's message limit
+(:func:`fit_fingerprint`): an honest node with long ``NCCL_*`` values is compared, not refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 from clusterenv._text import clip
+from clusterenv.findings import Finding
+from clusterenv.preflight.digest import KEY_BYTES, clip_bytes, digest_form
+from clusterenv.preflight.fingerprint import Fingerprint, RdmaSummary
 from clusterenv.preflight.verdict import BOUNDS, NodeRef, NodeSummary, Problem, RingHop, Verdict
 
-__all__ = ["fit_verdict"]
+__all__ = ["fit_fingerprint", "fit_verdict"]
 
 
 def _ref(ref: NodeRef) -> NodeRef:
@@ -73,6 +77,114 @@ def fit_verdict(verdict: Verdict, max_bytes: int, size: Callable[[Verdict], int]
             rejected=tuple(clip(r, b.evidence_text) for r in verdict.rejected[:listed]),
             ring=ring[:b.ring] if table else failed[:min(listed, b.ring)],
         )
+        if size(fitted) <= max_bytes:
+            return fitted
+    return fitted
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """How far one step of :func:`fit_fingerprint` goes (sizes in JSON bytes)."""
+
+    value: int  # a compared value longer than this is sent as a prefix and a digest
+    name: int  # likewise a variable's name
+    errors: int  # local findings kept
+    error_text: int  # bytes of a local finding's title or fix
+    evidence: int  # evidence lines kept per local finding
+    items: int  # entries kept in each RDMA list
+    text: int  # bytes of any other text
+
+
+# Least important first: the details of local findings (the verdict shows their titles), then
+# long values, then everything down to digests. The last step fits by construction: 256
+# variables of at most 2 x 64 bytes, 8 findings of 3 x 256 bytes, RDMA lists of 8 x 64 bytes
+# and a dozen texts of 128 bytes: under 48 KiB.
+_STEPS = (
+    _Cut(value=1024, name=128, errors=64, error_text=1000, evidence=4, items=64, text=512),
+    _Cut(value=256, name=128, errors=16, error_text=300, evidence=0, items=16, text=256),
+    _Cut(value=KEY_BYTES, name=KEY_BYTES, errors=8, error_text=256, evidence=0, items=8,
+         text=128),
+)
+
+
+def _cut(fp: Fingerprint, cut: _Cut) -> Fingerprint:
+    def texts(items: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(clip_bytes(i, KEY_BYTES) for i in items[: cut.items])
+
+    def compared(items: Mapping[str, str], limit: int) -> dict[str, str]:
+        return {digest_form(k, cut.name): digest_form(v, limit) for k, v in items.items()}
+
+    def short(text: str | None) -> str | None:
+        return None if text is None else digest_form(text, cut.text)
+
+    rdma = fp.rdma
+    return replace(
+        fp,
+        node_addr=short(fp.node_addr), primary_addr=short(fp.primary_addr),
+        source=clip_bytes(fp.source, cut.text),
+        hostname=None if fp.hostname is None else clip_bytes(fp.hostname, cut.text),
+        interface=short(fp.interface), interface_reason=clip_bytes(fp.interface_reason, cut.text),
+        rdma=RdmaSummary(
+            transport=None if rdma.transport is None else digest_form(rdma.transport, KEY_BYTES),
+            devices=texts(rdma.devices), ports=rdma.ports, rates_gbps=rdma.rates_gbps[:64],
+            inactive=tuple(clip_bytes(i, cut.text) for i in rdma.inactive[: cut.items]),
+            gids=tuple(digest_form(g, KEY_BYTES) for g in rdma.gids[: cut.items]),
+        ),
+        env=compared(fp.env, cut.value),
+        local_errors=tuple(
+            Finding(clip_bytes(f.code, KEY_BYTES), "error", clip_bytes(f.title, cut.error_text),
+                    tuple(clip_bytes(e, cut.text) for e in f.evidence[: cut.evidence]),
+                    clip_bytes(f.fix, cut.error_text))
+            for f in fp.local_errors[: cut.errors]
+        ),
+        versions=compared(fp.versions, KEY_BYTES),
+        clusterenv=clip_bytes(fp.clusterenv, KEY_BYTES),
+    )
+
+
+def _what_changed(before: Fingerprint, after: Fingerprint) -> list[str]:
+    values = sum(1 for (k, v), (k2, v2) in zip(before.env.items(), after.env.items(),
+                                                 strict=True) if v != v2)
+    names = sum(1 for k, k2 in zip(before.env, after.env, strict=True) if k != k2)
+    parts = []
+    if values:
+        parts.append(f"{values} values of compared variables sent as a prefix and a digest "
+                     "(compared by the digest)")
+    if names:
+        parts.append(f"{names} variable names likewise")
+    dropped = len(before.local_errors) - len(after.local_errors)
+    if dropped:
+        parts.append(f"{dropped} of {len(before.local_errors)} local findings left out")
+    if any(a.evidence != b.evidence or a.title != b.title or a.fix != b.fix
+           for a, b in zip(before.local_errors, after.local_errors, strict=False)):
+        parts.append("the details of local findings shortened")
+    if after.rdma != before.rdma or after.hostname != before.hostname \
+            or after.interface_reason != before.interface_reason:
+        parts.append("long texts shortened")
+    return parts or ["texts shortened"]
+
+
+def fit_fingerprint(
+    fingerprint: Fingerprint, max_bytes: int, size: Callable[[Fingerprint], int]
+) -> Fingerprint:
+    """``fingerprint`` cut to fit in ``max_bytes`` as measured by ``size`` (the length of the
+    message that carries it), with a note in ``trimmed`` saying what went.
+
+    The least important detail goes first (the evidence of local findings, which the verdict
+    does not show in full anyway), then long values become a prefix and a digest: nodes compare
+    values by :func:`~clusterenv.preflight.digest.compare_key`, so a node whose value was
+    shortened still agrees or differs exactly as its full value does. The last step fits by
+    construction. A fingerprint that fits is returned as it is.
+    """
+    original = size(fingerprint)
+    if original <= max_bytes:
+        return fingerprint
+    fitted = fingerprint
+    for cut in _STEPS:
+        fitted = _cut(fingerprint, cut)
+        note = (f"fitted to the {max_bytes}-byte message limit ({original} bytes): "
+                + ", ".join(_what_changed(fingerprint, fitted)))
+        fitted = replace(fitted, trimmed=(clip(note, 500),))
         if size(fitted) <= max_bytes:
             return fitted
     return fitted

@@ -28,6 +28,7 @@ from typing import Any
 from clusterenv._text import clip
 from clusterenv.errors import ClusterEnvError
 from clusterenv.preflight.fingerprint import TOKEN_VARIABLE, Fingerprint
+from clusterenv.preflight.fit import fit_fingerprint
 from clusterenv.preflight.options import PreflightOptions
 from clusterenv.preflight.ring import (
     PROBE_TIMEOUT_S,
@@ -58,6 +59,7 @@ _RETRY_S = 0.25
 # Seconds a node dropped before its verdict keeps trying to reconnect.
 _REJOIN_S = 2.0
 _MAX_WAIT_S = 3600.0
+_MESSAGE_OVERHEAD = 512
 
 
 def verdict_margin(limits: Limits, *, ring: bool) -> float:
@@ -173,6 +175,11 @@ def run_node(
     """
     where = format_host_port(primary_addr, port)
     deadline = time.monotonic() + options.timeout
+    # Room for the rest of the message (the ring listener's address): the primary refuses a
+    # message over its limit, so an honest node's fingerprint is fitted to it beforehand.
+    fingerprint = fit_fingerprint(
+        fingerprint, options.limits.max_message_bytes - _MESSAGE_OVERHEAD,
+        lambda fp: len(encode_json({"fingerprint": fp.to_wire()})))
     dropped: _Dropped | None = None
     while True:
         # After a drop, a primary that still runs takes the node back at once; one that
