@@ -39,6 +39,7 @@ from clusterenv.preflight import (
     RdmaSummary,
     RingHop,
     Verdict,
+    collect_fingerprint,
     compare,
     preflight,
     run_node,
@@ -55,6 +56,7 @@ from clusterenv.preflight.wire import (
     encode_json,
 )
 from clusterenv.sources._base import MAX_NODES
+from clusterenv.testing import HostBuilder
 from tests.test_preflight import (
     FAST,
     LOOP,
@@ -689,3 +691,34 @@ def test_a_fitted_fingerprint_fits_whatever_the_node_holds() -> None:
     assert len(fitted.env) == 256 and fitted.trimmed
     same = fit_fingerprint(fingerprint(1), 65000, size)
     assert same == fingerprint(1) and not same.trimmed
+
+
+# -- a grouped fix for the wrong node (round 2, item 12) ------------------------------------------
+
+
+def test_a_grouped_local_problem_gives_each_node_its_own_fix_and_names_it_once(
+    tmp_path: Path,
+) -> None:
+    # Two nodes whose cluster interfaces have different names, both with the sockets pinned to
+    # lo. Each node's doctor says "export NCCL_SOCKET_IFNAME=<its own interface>". Before, the
+    # verdict grouped by code only: it told rank 1 to export rank 0's interface, and listed
+    # each node twice (once per variable).
+    fps = []
+    for rank, name in ((0, "ens1"), (1, "ens7")):
+        env = {**runpod_env(rank, 2, "10.65.0.2"), "NODE_ADDR": f"10.65.0.{2 + rank}",
+               "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+        root = tmp_path / f"n{rank}"
+        (HostBuilder(root).loopback().interface("eth0", addresses=[f"172.20.0.{10 + rank}/16"])
+         .interface(name, addresses=[f"10.65.0.{2 + rank}/24"]).environ(env))
+        fps.append(collect_fingerprint(environ=env, root=root))
+    with primary(fps[0], expected=2) as (port, verdict):
+        got = nodes(port, [fps[1]])[0].result(15)
+    result = verdict.result()
+    assert got == result
+    local = [p for p in result.problems if p.code == "preflight-node-errors"]
+    assert len(local) == 4, [p.title for p in local]
+    for problem in local:
+        (node,) = problem.nodes  # one node, named once
+        own = "ens1" if node.rank == 0 else "ens7"
+        variable = "NCCL" if "NCCL_SOCKET_IFNAME" in problem.title else "GLOO"
+        assert problem.fix == f"export {variable}_SOCKET_IFNAME={own}", (node, problem.fix)

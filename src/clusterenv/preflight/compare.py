@@ -342,13 +342,15 @@ def _gpu_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 
 def _local_problems(entries: Sequence[_Entry]) -> list[Problem]:
-    by_code: dict[str, list[tuple[_Entry, Finding]]] = {}
+    # Grouped by code and fix: a fix names this node's own values (its interface, its
+    # address), so nodes are grouped only where the same fix applies to each of them.
+    by_fix: dict[tuple[str, str], list[tuple[_Entry, Finding]]] = {}
     for e in entries:
         for finding in e.fp.local_errors:
-            by_code.setdefault(finding.code, []).append((e, finding))
+            by_fix.setdefault((finding.code, finding.fix), []).append((e, finding))
     out = []
-    for code, items in sorted(by_code.items()):
-        refs = [e.ref for e, _ in items]
+    for (code, fix), items in sorted(by_fix.items()):
+        refs = list(dict.fromkeys(e.ref for e, _ in items))  # each node once
         first = items[0][1]
         # Each node's own wording, when the nodes do not all say the same thing.
         distinct = len({f.title for _, f in items}) > 1
@@ -357,7 +359,7 @@ def _local_problems(entries: Sequence[_Entry]) -> list[Problem]:
             "preflight-node-errors",
             f"local check {code} fails on {_names(refs)}: {first.title}",
             tuple(refs), tuple(titles[:_MAX_EVIDENCE]),
-            first.fix or f"run `clusterenv doctor` on {refs[0]}",
+            fix or f"run `clusterenv doctor` on {refs[0]}",
         ))
     return out
 
