@@ -620,13 +620,17 @@ def test_one_loader_search_for_libibverbs_and_libnccl(tmp_path: Path) -> None:
     host.file("opt/conf/lib/libibverbs.so.1", "").file("opt/conf/lib/libnccl.so.2.21.5", "")
     host.file("etc/ld.so.conf.d/rdma.conf", "# rdma-core\n/opt/conf/lib\n")
     host.file("opt/env/lib/libnccl.so.2.19.3", "")
-    environ = {"LD_LIBRARY_PATH": " /opt/env/lib/ :/opt/../etc::"}
+    host.file("opt/env/relative/libnccl.so.2.18.1", "")
+    # ";" separates like ":" for the loader; empty and relative entries name the current
+    # directory (" /opt/x" too: the loader strips no space), so none of them is read.
+    environ = {"LD_LIBRARY_PATH": "/opt/env/lib/;/opt/../etc:: /opt/env/relative:relative"}
     dirs = loader_dirs(Root(tmp_path), environ)
     assert {"opt/conf/lib", "opt/env/lib"} <= set(dirs)
-    assert not [d for d in dirs if ".." in d.split("/")]
+    assert not [d for d in dirs if ".." in d.split("/") or "relative" in d]
     assert _has_libibverbs(Facts(environ=environ, root=Root(tmp_path)))
     found = {v.version for v in detect_nccl_versions(environ, Root(tmp_path))}
     assert {(2, 21, 5), (2, 19, 3)} <= found
+    assert (2, 18, 1) not in found
 
 
 def test_one_library_reached_by_two_names_is_one_piece_of_evidence(tmp_path: Path) -> None:

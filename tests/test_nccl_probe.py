@@ -93,7 +93,15 @@ def test_then_ld_library_path(library: NcclLibrary, tmp_path: Path) -> None:
     assert found["path"] == str(tmp_path / "libnccl.so.2")
     nothing = _find_without_site({"PATH": os.environ.get("PATH", "")})
     assert nothing["path"] is None
-    assert nothing["note"].startswith("no libnccl.so.2 in an nvidia package, LD_LIBRARY_PATH")
+    assert nothing["note"].startswith("no libnccl.so.2 in LD_LIBRARY_PATH, an nvidia package")
+
+
+def test_ld_library_path_comes_before_the_wheel(library: NcclLibrary, tmp_path: Path) -> None:
+    """The loader's order for a library torch links: LD_LIBRARY_PATH, then the RUNPATH that
+    points at the wheel."""
+    (tmp_path / "libnccl.so.2").symlink_to(library.path)
+    found = find_nccl_library({**CLEAN, "LD_LIBRARY_PATH": f"relative:{tmp_path}"})
+    assert found.library == NcclLibrary(str(tmp_path / "libnccl.so.2"), "LD_LIBRARY_PATH")
 
 
 def test_then_the_linker_cache(library: NcclLibrary, tmp_path: Path) -> None:

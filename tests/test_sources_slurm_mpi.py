@@ -250,14 +250,15 @@ def test_skypilot_on_slurm_is_not_read_as_a_slurm_task() -> None:
 
 def test_srun_and_mpirun_lines() -> None:
     from clusterenv.errors import LaunchError
-    from clusterenv.launch import mpirun_args, srun_args
+    from clusterenv.launch import mpirun_args, rendezvous_environ, srun_args
 
     cfg = ClusterConfig.from_env(SRUN_PER_NODE)
     assert srun_args(cfg) == ["--nodes=2", "--ntasks-per-node=8", "--distribution=block",
-                              "--export=ALL,MASTER_ADDR=gpu-01,MASTER_PORT=19567"]
+                              "--export=ALL"]
     assert mpirun_args(cfg, nproc_per_node=4, hostfile="hosts", forward=["NCCL_SOCKET_IFNAME"]) == [
-        "-np", "8", "--map-by", "ppr:4:node", "--hostfile", "hosts", "-x", "MASTER_ADDR=gpu-01",
-        "-x", "MASTER_PORT=19567", "-x", "NCCL_SOCKET_IFNAME"]
+        "-np", "8", "--map-by", "ppr:4:node", "--hostfile", "hosts", "-x", "MASTER_ADDR",
+        "-x", "MASTER_PORT", "-x", "NCCL_SOCKET_IFNAME"]
+    assert rendezvous_environ(cfg) == {"MASTER_ADDR": "gpu-01", "MASTER_PORT": "19567"}
     with pytest.raises(LaunchError, match="needs a hostfile listing each node's cluster address"):
         mpirun_args(cfg)
     # What those lines start is read back as the same cluster: ranks in blocks of 8.
@@ -278,7 +279,11 @@ def test_launch_dry_run_renders_srun_in_the_batch_script(
     # --force: this snapshot has only loopback, so the NCCL plan has errors to refuse on.
     assert main(["launch", "--dry-run", "--force", "--json", "--launcher", "srun", "--root",
                  str(tmp_path), "--", "train.py", "--lr", "3e-4"]) == 0
-    command = json.loads(capsys.readouterr().out)["command"]
+    printed = json.loads(capsys.readouterr().out)
+    command = printed["command"]
     assert command[0].endswith("srun") and command[-3:] == ["train.py", "--lr", "3e-4"]
     assert command[1:5] == ["--nodes=2", "--ntasks-per-node=8", "--distribution=block",
-                            "--export=ALL,MASTER_ADDR=gpu-01,MASTER_PORT=19567"]
+                            "--export=ALL"]
+    # The rendezvous travels in srun's environment, never in --export's comma syntax.
+    assert {k: printed["env"][k] for k in ("MASTER_ADDR", "MASTER_PORT")} == {
+        "MASTER_ADDR": "gpu-01", "MASTER_PORT": "19567"}

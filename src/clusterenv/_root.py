@@ -32,10 +32,14 @@ from clusterenv.errors import DiscoveryError
 __all__ = [
     "HOST_JSON",
     "MAX_HOST_JSON_BYTES",
+    "SIZE_LIMITS",
     "SNAPSHOT_FORMAT",
     "Root",
+    "absolute_entries",
     "as_root",
+    "format_size_limit",
     "natural_key",
+    "which",
 ]
 
 #: Where a snapshot keeps what is not a file (addresses, limits, environment), relative to its root.
@@ -47,6 +51,10 @@ MAX_HOST_JSON_BYTES = 4 * 1024 * 1024
 
 # A sysfs attribute is one short line; anything bigger is garbage we refuse to hold in memory.
 _MAX_ATTRIBUTE_BYTES = 64 * 1024
+#: Files that are legitimately bigger than a sysfs attribute, and how much of each is read. A
+#: hosts file lists every node of a cluster: 10,000 nodes with IPv4 and IPv6 lines and a few
+#: aliases each take about 2 MiB.
+SIZE_LIMITS: dict[str, int] = {"etc/hosts": 8 * 1024 * 1024}
 # Symbolic links followed while resolving one path, as the kernel's MAXSYMLINKS.
 _MAX_LINKS = 40
 _MAX_NOTES = 64
@@ -58,6 +66,46 @@ def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders entry names as people read them: ``ens2`` before ``ens10``,
     ``mlx5_2`` before ``mlx5_10``."""
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _DIGIT_RUNS.findall(name))
+
+
+def absolute_entries(value: str | None, *, limit: int = 32, separators: str = ":") -> list[str]:
+    """The absolute directories of a path variable, at most ``limit`` entries read.
+
+    An unset or empty variable gives none, and so do empty and relative entries: the dynamic
+    loader and the shell would read them against the current directory, which is whatever
+    directory the user happens to be in (a clone, ``/tmp``), and nothing is ever loaded,
+    started or read from there. ``separators``: ``":"`` for ``PATH``, ``":;"`` for
+    ``LD_LIBRARY_PATH`` (the loader splits it at both).
+
+    Example: ``absolute_entries("/opt/nccl/lib::lib: /x;/usr/lib", separators=":;")`` ->
+    ``["/opt/nccl/lib", "/usr/lib"]``.
+    """
+    if not value:
+        return []
+    entries = re.split(f"[{re.escape(separators)}]", value)[:limit]
+    return [entry for entry in entries if entry.startswith("/")]
+
+
+def which(name: str, path: str | None) -> str | None:
+    """The first executable ``name`` in the absolute directories of ``path`` (a ``PATH``
+    value; None or empty finds nothing), e.g. ``"/opt/venv/bin/torchrun"``.
+
+    Unlike :func:`shutil.which`, an empty or relative entry is not the current directory: a
+    ``torchrun`` dropped where the user stands is never the one started.
+    """
+    for directory in absolute_entries(path, limit=256):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def format_size_limit(size: int) -> str:
+    """``65536`` -> ``"64 KiB"``, ``8388608`` -> ``"8 MiB"``."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} bytes"
 
 
 def _kind(mode: int) -> str:
@@ -80,14 +128,16 @@ class Root:
 
     Attributes:
         path: The directory given, e.g. ``PosixPath('node0-snapshot')``.
-        notes: What was skipped while reading a snapshot, one line each, e.g.
+        notes: What was skipped while reading, one line each, e.g.
             ``"skipped sys/class/net/eth0/mtu: a FIFO, not a regular file"`` (at most 64).
+        oversized: Files left unread because they are larger than their limit
+            (:data:`SIZE_LIMITS`), with that limit, e.g. ``{"etc/hosts": 8388608}``.
 
     Raises:
         DiscoveryError: When ``path`` is not a readable directory, or its ``host.json`` is garbled.
     """
 
-    __slots__ = ("_dirs", "_host", "_real", "notes", "path")
+    __slots__ = ("_dirs", "_host", "_real", "notes", "oversized", "path")
 
     def __init__(self, path: str | os.PathLike[str] = "/"):
         self.path = Path(path)
@@ -110,6 +160,7 @@ class Root:
         # under the root ("sys/devices/.../net/eth0"), or None when it leaves the root.
         self._dirs: dict[str, str | None] = {"": ""}
         self.notes: list[str] = []
+        self.oversized: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"Root({str(self.path)!r})"
@@ -259,10 +310,17 @@ class Root:
         return fd
 
     def read_bytes(
-        self, relative: str, *, max_bytes: int = _MAX_ATTRIBUTE_BYTES, truncate: bool = False
+        self, relative: str, *, max_bytes: int | None = None, truncate: bool = False
     ) -> bytes | None:
         """The bytes of a regular file, or None when it is missing, unreadable, not a regular
-        file, or larger than ``max_bytes`` (with ``truncate``, its first ``max_bytes``)."""
+        file, or larger than ``max_bytes`` (with ``truncate``, its first ``max_bytes``).
+
+        ``max_bytes`` defaults to the file's limit in :data:`SIZE_LIMITS`, else 64 KiB. A file
+        left unread for its size is noted (:attr:`notes`, :attr:`oversized`): a check that
+        needs it says so instead of judging without it.
+        """
+        if max_bytes is None:
+            max_bytes = SIZE_LIMITS.get(relative.strip("/"), _MAX_ATTRIBUTE_BYTES)
         fd = self._open_regular(relative)
         if fd is None:
             return None
@@ -282,11 +340,16 @@ class Root:
         data = b"".join(chunks)
         if len(data) > max_bytes:
             if not truncate:
+                clean = relative.strip("/")
+                if clean not in self.oversized and len(self.oversized) < _MAX_NOTES:
+                    self.oversized[clean] = max_bytes
+                self._note(f"skipped {clean}: larger than {format_size_limit(max_bytes)}, the "
+                           "most clusterenv reads of it")
                 return None
             data = data[:max_bytes]
         return data
 
-    def read(self, relative: str, *, max_bytes: int = _MAX_ATTRIBUTE_BYTES) -> str | None:
+    def read(self, relative: str, *, max_bytes: int | None = None) -> str | None:
         """The stripped text of a file, or None when it is missing, unreadable or not text.
 
         Reading never raises: sysfs answers ``EINVAL`` for empty GID slots and ``speed`` of a
@@ -295,7 +358,7 @@ class Root:
         text = self.read_raw(relative, max_bytes=max_bytes)
         return None if text is None else text.strip()
 
-    def read_raw(self, relative: str, *, max_bytes: int = _MAX_ATTRIBUTE_BYTES) -> str | None:
+    def read_raw(self, relative: str, *, max_bytes: int | None = None) -> str | None:
         """The whole text of a file, unstripped, or None when it is missing, unreadable or
         larger than ``max_bytes`` (a config file keeps its trailing blanks)."""
         data = self.read_bytes(relative, max_bytes=max_bytes)

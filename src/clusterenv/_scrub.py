@@ -1,4 +1,11 @@
-"""What a host snapshot leaves out: secret environment variables and hardware identifiers.
+"""What clusterenv never shows: secrets, and in a host snapshot hardware identifiers.
+
+Secrets are scrubbed by one set of rules wherever text leaves clusterenv (a snapshot, a
+preflight fingerprint or verdict, and every line and ``--json`` document a verb prints, through
+:func:`scrub_text` and :func:`scrub_tree`): a variable whose name looks secret
+(:func:`is_secret_name`) loses its value, a value shaped like a credential (a JSON Web Token, a
+long base64 or hex blob: :func:`is_secret_value`) is replaced, and the userinfo of a URL is
+replaced up to the last ``@`` of its authority (passwords hold ``/``, ``#``, ``?`` and ``@``).
 
 A snapshot is meant to be attached to a bug report, so it keeps only cluster-relevant variables
 (an explicit allowlist, never a name that looks like a secret), and replaces MAC addresses, GUIDs
@@ -14,10 +21,12 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
+from typing import Any
 
 __all__ = [
     "CLUSTER_VARIABLES",
     "CLUSTER_VARIABLE_PREFIXES",
+    "HIDDEN",
     "NOT_CLUSTER_VARIABLES",
     "SECRET_MARKERS",
     "SECRET_WORDS",
@@ -25,6 +34,10 @@ __all__ = [
     "cluster_environ",
     "is_cluster_name",
     "is_secret_name",
+    "is_secret_value",
+    "scrub_setting",
+    "scrub_text",
+    "scrub_tree",
     "scrub_value",
 ]
 
@@ -105,6 +118,8 @@ SECRET_MARKERS: tuple[str, ...] = (
     "APIKEY",
     "ACCESSKEY",
     "AUTH",
+    "JWT",
+    "BEARER",
 )
 #: … and one whose name has one of these as a whole word (between ``_``) is never written either
 #: (``AWS_ACCESS_KEY_ID``, ``MASTER_PASS``, ``NODE_PW``, ``PRIMARY_PWD``, ``FI_EFA_PSK``), while
@@ -114,25 +129,117 @@ SECRET_WORDS: frozenset[str] = frozenset(
 )
 
 _WORDS = re.compile(r"[^A-Z0-9]+")
-# scheme://user:password@host -> scheme://***@host (the userinfo of a URL anywhere in a value)
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]+@")
+#: What replaces a secret.
+HIDDEN = "***"
+# scheme://userinfo@host: the userinfo runs to the last "@" before the end of the word, since a
+# password may hold "/", "#", "?" and "@" (etcd://root:SEC/RET@h, https://bob:p@SECRET@h).
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s'\"<>]*@(?=[^\s@'\"<>]*(?:[\s'\"<>]|$))")
+# A JSON Web Token: three base64url parts, the first two JSON objects ("eyJ" is '{"').
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
+_HEX_BLOB = re.compile(r"(?:0x)?[0-9a-fA-F]{32,}")
+_BASE64_BLOB = re.compile(r"[A-Za-z0-9+_-][A-Za-z0-9+/_-]{39,}={0,2}")
+# Random bytes in base64 have long runs without a separator; a UUID's longest is 12.
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+]{16,}")
+# NAME=VALUE (quoted or not), and NCCL's "NAME set by environment to VALUE".
+_ASSIGNMENT = re.compile(
+    r"\b([A-Za-z_][A-Za-z0-9_]*)(=| set by environment to )"
+    r"(\'[^\']*\'?|\"[^\"]*\"?|[^\s,;'\"]*)"
+)
 
 
 def is_secret_name(name: str) -> bool:
     """Whether a variable name looks like it holds a secret, e.g. ``CLUSTERENV_PREFLIGHT_TOKEN``,
-    ``MASTER_PASS`` or ``NCCL_IB_KEY``; ``NCCL_IB_PKEY`` (a partition key) is not one."""
+    ``MASTER_PASS``, ``SLURM_JWT`` or ``NCCL_IB_KEY``; ``NCCL_IB_PKEY`` (a partition key) is
+    not one."""
     upper = name.upper()
     if any(marker in upper for marker in SECRET_MARKERS):
         return True
     return any(word in SECRET_WORDS for word in _WORDS.split(upper))
 
 
+def is_secret_value(value: str) -> bool:
+    """Whether a value is shaped like a credential, whatever its name: a JSON Web Token
+    (``eyJ….eyJ….sig``), 32 or more hex digits, or a base64 blob of 40 or more characters
+    with a run of 16 or more that mixes upper case, lower case and digits (cloud keys, bearer
+    tokens).
+
+    Paths, host lists, GPU UUIDs and MACs are not: they have separators or one letter case.
+    """
+    text = value.strip().strip("'\"")
+    if _JWT.fullmatch(text) or _HEX_BLOB.fullmatch(text):
+        return True
+    if _BASE64_BLOB.fullmatch(text) is None:
+        return False
+    return any(
+        any(c.isupper() for c in run) and any(c.islower() for c in run)
+        and any(c.isdigit() for c in run)
+        for run in _BASE64_RUN.findall(text)
+    )
+
+
 def scrub_value(value: str) -> str:
-    """``value`` with the credentials of every URL in it replaced by ``***``, e.g.
-    ``"etcd://root:pw@10.65.0.2:2379"`` -> ``"etcd://***@10.65.0.2:2379"``."""
-    if "@" not in value:
-        return value
-    return _USERINFO.sub(lambda m: f"{m.group(1)}***@", value)
+    """``value`` with the credentials of every URL in it and every JSON Web Token replaced by
+    ``***``, or ``***`` when the whole value is credential-shaped (:func:`is_secret_value`).
+
+    Examples: ``"etcd://root:SEC/RET@10.65.0.2:2379"`` -> ``"etcd://***@10.65.0.2:2379"``;
+    ``"eyJhbGciOi….eyJzdWIi….c2ln"`` -> ``"***"``.
+    """
+    if is_secret_value(value):
+        return HIDDEN
+    if "@" in value:
+        value = _USERINFO.sub(lambda m: f"{m.group(1)}{HIDDEN}@", value)
+    if "eyJ" in value:
+        value = _JWT.sub(HIDDEN, value)
+    return value
+
+
+def scrub_setting(name: str, value: str) -> str:
+    """The value of variable ``name`` as it may be shown: ``***`` for a secret-looking name,
+    else :func:`scrub_value`, e.g. ``scrub_setting("NCCL_IB_KEY", "0x1234")`` -> ``"***"``."""
+    return HIDDEN if is_secret_name(name) else scrub_value(value)
+
+
+def _scrub_assignment(match: re.Match[str]) -> str:
+    name, separator, value = match.group(1), match.group(2), match.group(3)
+    if not value:
+        return match.group(0)
+    if is_secret_name(name) or is_secret_value(value):
+        quote = value[0] if value[0] in "'\"" else ""
+        return f"{name}{separator}{quote}{HIDDEN}{quote}"
+    return match.group(0)
+
+
+def scrub_text(text: str) -> str:
+    """Free text (a finding, an NCCL log line, a table) with secrets replaced: the value of a
+    secret-looking ``NAME=VALUE`` or ``NAME set by environment to VALUE``, credential-shaped
+    values, URL userinfo and JSON Web Tokens.
+
+    Example: ``"NCCL_IB_KEY set by environment to 0x1234"`` ->
+    ``"NCCL_IB_KEY set by environment to ***"``.
+    """
+    if "=" in text or " set by environment to " in text:
+        text = _ASSIGNMENT.sub(_scrub_assignment, text)
+    if "@" in text:
+        text = _USERINFO.sub(lambda m: f"{m.group(1)}{HIDDEN}@", text)
+    if "eyJ" in text:
+        text = _JWT.sub(HIDDEN, text)
+    return text
+
+
+def scrub_tree(data: Any) -> Any:
+    """A JSON-like value with :func:`scrub_text` applied to every string, and the value under
+    every secret-looking key (``{"SLURM_JWT": …}``) replaced by ``***``."""
+    if isinstance(data, str):
+        return scrub_text(data)
+    if isinstance(data, dict):
+        return {
+            key: (HIDDEN if isinstance(key, str) and is_secret_name(key)
+                  and isinstance(value, str) else scrub_tree(value))
+            for key, value in data.items()
+        }
+    if isinstance(data, (list, tuple)):
+        return [scrub_tree(item) for item in data]
+    return data
 
 
 def cluster_environ(environ: Mapping[str, str]) -> dict[str, str]:
@@ -140,7 +247,8 @@ def cluster_environ(environ: Mapping[str, str]) -> dict[str, str]:
 
     Example: ``{"NCCL_DEBUG": "INFO", "PRIMARY_ADDR": "10.65.0.2", "HF_TOKEN": "x"}`` gives
     ``{"NCCL_DEBUG": "INFO", "PRIMARY_ADDR": "10.65.0.2"}``; credentials in a URL are replaced
-    (``PET_RDZV_ENDPOINT=etcd://***@10.65.0.2:2379``).
+    (``PET_RDZV_ENDPOINT=etcd://***@10.65.0.2:2379``), and so is a credential-shaped value
+    (:func:`scrub_value`).
     """
     return {
         name: scrub_value(environ[name])

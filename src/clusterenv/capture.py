@@ -38,6 +38,7 @@ from clusterenv._scrub import (
     cluster_environ,
     is_cluster_name,
     is_secret_name,
+    scrub_tree,
     scrub_value,
 )
 from clusterenv.errors import ClusterEnvError
@@ -138,6 +139,16 @@ def capture(
     try:
         _Writer(host, staging, environ).write_all()
         _move_into_place(staging, target)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, CaptureError):
+            raise
+        kept = " (the previous snapshot there is unchanged)" if _is_snapshot(target) else ""
+        raise CaptureError(  # ENOSPC, EROFS, EACCES, EDQUOT: the destination, not the output
+            f"cannot write the snapshot {str(target)!r}: {e.strerror or e}{kept}; free some "
+            "space or choose another directory",
+            path=str(target),
+        ) from e
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -410,7 +421,10 @@ class _Writer:
         if home is not None:
             environ["HOME"] = home
         data["environ"] = dict(sorted(environ.items()))
-        self.put(HOST_JSON, json.dumps(data, indent=1, sort_keys=True))
+        if self.host.oversized:
+            # Left out for size: a replay says which checks could not be made.
+            data["skipped"] = dict(sorted(self.host.oversized.items()))
+        self.put(HOST_JSON, json.dumps(scrub_tree(data), indent=1, sort_keys=True))
 
     def _scrub_address(self, text: str) -> str:
         address = parse_address(text)

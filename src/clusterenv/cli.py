@@ -105,15 +105,17 @@ def _chosen_verb(argv: Sequence[str]) -> str | None:
 
 
 class _SafeStream:
-    """A text stream whose every write passes :func:`~clusterenv._text.terminal_line`."""
+    """A text stream whose every write passes :func:`~clusterenv._scrub.scrub_text` (no
+    secret is ever printed) and :func:`~clusterenv._text.terminal_line`."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        from clusterenv._text import terminal_line  # noqa: PLC0415  # not for --version
+        from clusterenv._scrub import scrub_text  # noqa: PLC0415  # not for --version
+        from clusterenv._text import terminal_line  # noqa: PLC0415
 
-        self._stream.write(terminal_line(text))
+        self._stream.write(terminal_line(scrub_text(text)))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:
@@ -125,10 +127,11 @@ def _say(verb: str, message: str) -> None:
     stream = sys.stderr
     if stream is None:
         return
-    from clusterenv._text import printable  # noqa: PLC0415  # not for --version
+    from clusterenv._scrub import scrub_text  # noqa: PLC0415  # not for --version
+    from clusterenv._text import printable  # noqa: PLC0415
 
     with contextlib.suppress(OSError, ValueError):
-        stream.write(f"clusterenv {verb}: {printable(message, newlines=True)}\n")
+        stream.write(f"clusterenv {verb}: {printable(scrub_text(message), newlines=True)}\n")
         stream.flush()
 
 

@@ -158,6 +158,12 @@ CODES: dict[str, CodeInfo] = {
         "doctor", "warning", "The route to the rendezvous address avoids the cluster interface"
     ),
     "primary-unreachable": CodeInfo("doctor", "error", "No route to the rendezvous address"),
+    "file-too-large": CodeInfo(
+        "doctor", "warning", "A file was too large to read, so checks that need it were skipped"
+    ),
+    "primary-zone-unknown": CodeInfo(
+        "doctor", "error", "The rendezvous address's IPv6 zone names no interface here"
+    ),
     "node-addr-not-local": CodeInfo(
         "doctor", "warning", "NODE_ADDR is not an address of this node"
     ),

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from clusterenv._jsonable import to_jsonable
 from clusterenv._root import Root
+from clusterenv._scrub import HIDDEN, is_secret_name, scrub_tree
 from clusterenv._text import escape_tree, printable
 from clusterenv.findings import Finding, sort_findings
 
@@ -109,9 +111,10 @@ def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
 
 
 def emit_json(data: Any, stream: TextIO | None = None) -> None:
-    """Print ``data`` as indented JSON (dataclasses and models become objects)."""
+    """Print ``data`` as indented JSON (dataclasses and models become objects), secrets
+    scrubbed (:func:`~clusterenv._scrub.scrub_tree`)."""
     out = stream or sys.stdout
-    out.write(json.dumps(escape_tree(to_jsonable(data)), indent=2) + "\n")
+    out.write(json.dumps(scrub_tree(escape_tree(to_jsonable(data))), indent=2) + "\n")
 
 
 _COLOURS = {"red": "31", "yellow": "33", "green": "32", "blue": "34", "bold": "1", "dim": "2"}
@@ -125,9 +128,24 @@ def style(text: str, colour: str, stream: TextIO | None = None) -> str:
     return f"\033[{_COLOURS[colour]}m{text}\033[0m"
 
 
+def _scrub_row(row: Sequence[object]) -> list[object]:
+    """A row with every cell after a secret-looking variable name (``NCCL_IB_KEY``,
+    ``SLURM_JWT``) hidden: a table of settings shows that it was set, never its value."""
+    cells = list(row)
+    for i, cell in enumerate(cells):
+        if isinstance(cell, str) and _VARIABLE.fullmatch(cell) and is_secret_name(cell):
+            return [*cells[: i + 1], *(HIDDEN if c is not None else None for c in cells[i + 1:])]
+    return cells
+
+
+_VARIABLE = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
 def table(rows: Iterable[Sequence[object]], headers: Sequence[str]) -> str:
-    """A plain-text table with aligned columns; every cell passes the terminal sanitiser."""
-    body = [[("-" if cell is None else printable(cell)) for cell in row] for row in rows]
+    """A plain-text table with aligned columns; every cell passes the terminal sanitiser, and
+    the values of a secret-looking variable are hidden (:func:`_scrub_row`)."""
+    body = [[("-" if cell is None else printable(cell)) for cell in _scrub_row(row)]
+            for row in rows]
     widths = [len(h) for h in headers]
     for row in body:
         for i, cell in enumerate(row):

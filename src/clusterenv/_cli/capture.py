@@ -7,8 +7,9 @@ from typing import Any
 
 from clusterenv._cli._common import add_json, add_root, add_source, emit_json, host_context
 from clusterenv._gpus import visible_gpu_count
-from clusterenv._root import Root
+from clusterenv._root import Root, format_size_limit
 from clusterenv._scrub import is_cluster_name, is_secret_name
+from clusterenv._shell import command
 from clusterenv._text import printable
 from clusterenv.capture import capture
 from clusterenv.network import NetworkInterfaces
@@ -42,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         for name in environ
         if is_cluster_name(name) and is_secret_name(name)
     )
+    recorded_skips = snapshot.host.get("skipped")
+    skipped = {str(k): int(v) for k, v in recorded_skips.items()
+               if isinstance(v, int)} if isinstance(recorded_skips, dict) else {}
     summary: dict[str, Any] = {
         "path": str(path.resolve()),
         "interfaces": list(network.names),
@@ -49,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         "gpus": visible_gpu_count({}, snapshot),
         "environ": sorted(recorded),
         "withheld_secrets": withheld,
+        "skipped": skipped,
     }
     if args.json:
         emit_json(summary)
@@ -62,5 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if withheld:
         line += f" ({len(withheld)} left out as secrets: {printable(', '.join(withheld))})"
     print(line + "; MACs, GUIDs and GPU UUIDs scrubbed")
-    print(f"replay it with: clusterenv doctor --root {printable(args.dir)}")
+    for name, limit in skipped.items():
+        print(f"left out: /{printable(name)} is larger than {format_size_limit(limit)}, the most "
+              "clusterenv reads of it; the checks that need it are skipped")
+    print(f"replay it with: {printable(command('clusterenv', 'doctor', '--root', args.dir))}")
     return 0

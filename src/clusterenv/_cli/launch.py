@@ -74,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _summary(plan: LaunchPlan, stream: TextIO) -> str:
     rows = [(c.action, c.name, c.value, c.reason) for c in plan.nccl.changes]
+    rows += [("set", name, value, "every rank reads the rendezvous from the launcher's "
+              "environment") for name, value in plan.rendezvous.items()]
     env = (
         table(rows, ("action", "variable", "value", "reason"))
         if rows

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from clusterenv._cli._common import add_json, add_source, emit_json, render_findings, table
+from clusterenv._scrub import scrub_setting
 from clusterenv.nccl_log import NcclLog, NetPlugin, RankInfo, nccl_log_findings, read_nccl_log
 
 _MAX_ROWS = 64
@@ -117,7 +118,7 @@ def _render(name: str, log: NcclLog) -> str:
         ("net plugins", "; ".join(_plugin(p) for p in log.plugins) or None),
         ("nodes", _nodes(log)),
     ]
-    rows += [(name, value) for name, value in sorted(log.env.items())]
+    rows += [(name, scrub_setting(name, value)) for name, value in sorted(log.env.items())]
     width = max(len(key) for key, _ in rows)
     lines += [f"{key.ljust(width)}  {'-' if value is None else value}" for key, value in rows]
     lines.append("")

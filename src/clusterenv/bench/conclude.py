@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from clusterenv._shell import Placeholder, code, command
 from clusterenv.bench.model import BenchResult, LinkResult, NodeInfo, SizeResult
 from clusterenv.bench.units import algbw_gbs, busbw_gbs, format_size, line_fraction, median
 from clusterenv.bench.verdict import NodeScore, Transfer, score_nodes, slow_transfers
@@ -75,9 +76,10 @@ def _slow_node_finding(info: NodeInfo, score: NodeScore, nodes: Sequence[NodeInf
         f"{min_fraction:g}",
         f"transport {info.transport}; rails {rails}",
     )
-    iface = info.interface or "<its cluster interface>"
-    fix = (f"on node {info.node}: run `clusterenv doctor`; check the link (`ethtool {iface}`: "
-           f"speed, duplex, errors) and shaping (`tc qdisc show dev {iface}`); with NCCL, check "
+    iface = info.interface or Placeholder("<its cluster interface>")
+    fix = (f"on node {info.node}: run `clusterenv doctor`; check the link "
+           f"({code(command('ethtool', iface))}: speed, duplex, errors) and shaping "
+           f"({code(command('tc', 'qdisc', 'show', 'dev', iface))}); with NCCL, check "
            "that it used the RDMA ports (`NCCL_DEBUG=INFO`, then `clusterenv nccl-log`); "
            "drain the node if it stays slow")
     return Finding.of(CODE_SLOW_NODE, title, evidence, fix)
@@ -96,7 +98,8 @@ def _slow_link_finding(transfer: Transfer, by_node: dict[int, NodeInfo], typical
         (f"{format_size(transfer.size)} in {transfer.seconds * 1e3:.3g} ms "
          f"(median of {transfer.iterations})",),
         "check the path between these two nodes: cables, switch ports, routes "
-        f"(`ip route get {dst.address or '<its address>'}` on node {src.node})",
+        f"({code(command('ip', 'route', 'get', dst.address or Placeholder('<its address>')))} "
+        f"on node {src.node})",
     )
 
 

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from clusterenv._facts import Facts
 from clusterenv._root import as_root
 from clusterenv.diagnosis.assumed import cluster_variables_missing
-from clusterenv.diagnosis.host import host_checks
+from clusterenv.diagnosis.host import host_checks, oversized_files
 from clusterenv.diagnosis.network import network_checks
 from clusterenv.diagnosis.rdma import rdma_checks
 from clusterenv.diagnosis.rendezvous import rendezvous_checks
@@ -107,6 +107,7 @@ def diagnose_facts(
     findings += cluster_variables_missing(facts)
     if facts.bootstrap is not None:
         findings += bootstrap_findings(facts, facts.bootstrap)
+    findings += oversized_files(facts)  # last: the checks above are what read the files
     unique = list(dict.fromkeys(findings))
     return sort_findings(unique), plan, facts
 

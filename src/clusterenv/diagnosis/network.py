@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from clusterenv._facts import Facts
 from clusterenv._resolve import Resolution
+from clusterenv._shell import Placeholder, code, command, export, prose
 from clusterenv.findings import Finding, Severity
 from clusterenv.nccl.interface import (
     bootstrap_unpredictable,
@@ -87,9 +88,9 @@ def _socket_unset(facts: Facts) -> list[Finding]:
             f"order: {', '.join(facts.kernel_order) or 'none'}",
             f"cluster interface: {facts.cluster_choice[1]}",
         ),
-        f"export NCCL_SOCKET_IFNAME={planned_socket_ifname(facts, fix_name)}, or "
+        f"{export('NCCL_SOCKET_IFNAME', planned_socket_ifname(facts, fix_name))}, or "
         f"{_PLAN_FIX}" if fix_name else
-        "export NCCL_SOCKET_IFNAME=<the cluster interface>",
+        export("NCCL_SOCKET_IFNAME", Placeholder("<the cluster interface>")),
         severity=severity,
     )]
 
@@ -149,8 +150,8 @@ def _gloo_unset(facts: Facts) -> list[Finding]:
     hostname, resolution = binding.hostname, binding.resolution
     cluster = facts.cluster_interface
     fix_name = usable_cluster_interface(facts)
-    fix = (f"export GLOO_SOCKET_IFNAME={fix_name}, or {_PLAN_FIX}"
-           if fix_name else "export GLOO_SOCKET_IFNAME=<the cluster interface>")
+    fix = (f"{export('GLOO_SOCKET_IFNAME', fix_name)}, or {_PLAN_FIX}"
+           if fix_name else export("GLOO_SOCKET_IFNAME", Placeholder("<the cluster interface>")))
     head = "GLOO_SOCKET_IFNAME is unset and"
     evidence: tuple[str, ...] = (f"hostname: {hostname}", resolution.describe())
     severity: Severity = "error"
@@ -206,7 +207,9 @@ def _cluster_interface_state(facts: Facts) -> list[Finding]:
         "cluster-interface-down",
         f"the cluster interface {facts.describe(interface.name)} is {interface.operstate}",
         (f"cluster interface: {facts.cluster_choice[1]}", f"operstate: {interface.operstate}"),
-        f"bring {interface.name} up (`ip link set {interface.name} up`) or check the cable/port",
+        f"bring {prose(interface.name)} up "
+        f"({code(command('ip', 'link', 'set', interface.name, 'up'))}) "
+        "or check the cable/port",
     )]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from clusterenv._facts import Facts
+from clusterenv._shell import code, command, prose
 from clusterenv.findings import Finding
 from clusterenv.nccl.hca import (
     management_netdev,
@@ -146,8 +147,9 @@ def port_state_cause(device: RdmaDevice, port: RdmaPort) -> tuple[str, str]:
     """Why a port is not ACTIVE and what brings it up, from its state, physical state and link
     layer, e.g. ``("the link is up but no subnet manager has configured the port", "…")``.
     """
-    label = f"{device.name} port {port.number}"
+    label = f"{prose(device.name)} port {port.number}"
     netdev = port.netdev
+    ibstat = code(command("ibstat", device.name, port.number))
     ib = port.link_layer == "InfiniBand"
     if port.state == "INIT":
         if ib:
@@ -157,13 +159,14 @@ def port_state_cause(device: RdmaDevice, port: RdmaPort) -> tuple[str, str]:
                 "run a subnet manager on the fabric (OpenSM on one node, or the switch's or "
                 "UFM's SM) and check it with `sminfo`; for an SR-IOV virtual function "
                 "(Kubernetes) the SM must have virtualization enabled (OpenSM `virt_enabled 2`) "
-                f"and know the VF's GUID; `ibstat {device.name} {port.number}` shows "
+                f"and know the VF's GUID; {ibstat} shows "
                 "'State: Initializing' until then",
             )
         return (
             "the link is up but the RoCE driver has not activated the port",
-            f"check `rdma link show {device.name}/{port.number}`, that "
-            f"{netdev or 'its interface'} is up with an address, and the NIC driver's "
+            f"check {code(command('rdma', 'link', 'show', f'{device.name}/{port.number}'))}, "
+            f"that {prose(netdev) if netdev else 'its interface'} is up with an address, and "
+            "the NIC driver's "
             "messages (`dmesg`)",
         )
     if port.state == "ARMED":
@@ -176,23 +179,22 @@ def port_state_cause(device: RdmaDevice, port: RdmaPort) -> tuple[str, str]:
     if port.phys_state == "Polling":
         cause = ("no link partner: the port is enabled and polling (cable, transceiver or "
                  "switch port down)")
-        check = (f"`ethtool {netdev}`" if netdev and not ib
-                 else f"`ibstat {device.name} {port.number}`")
+        check = code(command("ethtool", netdev)) if netdev and not ib else ibstat
         return cause, (f"check the cable, the transceiver and the switch port of {label} "
                        f"({check} shows the link)")
     if port.phys_state == "Disabled":
         if ib:
             return ("the port is disabled", f"enable {label} if it is a rail (`ibportstate` "
                     "on the port, or the switch side), otherwise nothing: NCCL never uses it")
-        up = f"`ip link set {netdev} up`" if netdev else "bring its interface up"
-        check = f"`ethtool {netdev}`" if netdev else "`ethtool` on its interface"
+        up = (code(command("ip", "link", "set", netdev, "up")) if netdev
+              else "bring its interface up")
+        check = code(command("ethtool", netdev)) if netdev else "`ethtool` on its interface"
         return ("the port is disabled: its interface is down or has no link (cable), or the "
                 "port is unused",
                 f"if {label} is a rail: {up} and check the cable ({check} shows 'Link "
                 "detected'); otherwise nothing: NCCL never uses it")
     return (f"the link is not up (physical state {port.phys_state})",
-            f"check the cable and the switch port of {label} (`ibstat {device.name} "
-            f"{port.number}`)")
+            f"check the cable and the switch port of {label} ({ibstat})")
 
 
 def _same_model(a: RdmaDevice, b: RdmaDevice) -> bool:

@@ -11,6 +11,7 @@ import ipaddress
 
 from clusterenv._facts import Facts
 from clusterenv._resolve import Resolution
+from clusterenv._shell import Placeholder, command, export, prose
 from clusterenv.findings import Finding
 from clusterenv.nccl.interface import primary_variable
 from clusterenv.network import route_interface
@@ -41,7 +42,7 @@ def _hostname_loopback(facts: Facts) -> list[Finding]:
         "rendezvous and socket.getfqdn() would hand other nodes a loopback address",
         (resolution.describe(),),
         f"use a static rendezvous on the IP address: torchrun --rdzv-backend=static "
-        f"--master-addr=${variable} (clusterenv launch does), or map {hostname} to this "
+        f"--master-addr=${variable} (clusterenv launch does), or map {prose(hostname)} to this "
         "node's cluster address in /etc/hosts",
     )]
 
@@ -75,14 +76,16 @@ def _primary_hosts(facts: Facts) -> list[tuple[str, str]]:
     return out
 
 
-def _cluster_placeholder(facts: Facts) -> str:
-    """``<the primary node's address on ens1 (10.65.0.0/24)>``, from what this node shows."""
+def _cluster_placeholder(facts: Facts) -> Placeholder:
+    """``<the address of the primary node on ens1 (10.65.0.0/24)>``, from what this node
+    shows."""
     cluster = facts.cluster_interface
     if cluster is None or facts.management_reason(cluster) is not None:
         where = "ens1" if facts.runpod else "cluster"
-        return f"<the primary node's {where} address>"
+        return Placeholder(f"<the primary node's {where} address>")
     network = f" ({cluster.ipv4[0].network})" if cluster.ipv4 else ""
-    return f"<the primary node's address on {cluster.name}{network}>"
+    return Placeholder.of("<the address of the primary node on {name}" + network + ">",
+                          name=cluster.name)
 
 
 def _primary_address(facts: Facts) -> list[Finding]:
@@ -110,8 +113,8 @@ def _primary_address(facts: Facts) -> list[Finding]:
                 f"{variable}={host} does not resolve ({resolution.error}): torchrun cannot "
                 "find the rendezvous and every node fails at start",
                 (f"{variable}={facts.environ.get(variable, '')!r}", resolution.describe()),
-                f"export {variable}={_cluster_placeholder(facts)}, or make {host} resolve on "
-                "every node (/etc/hosts)",
+                f"{export(variable, _cluster_placeholder(facts))}, or make {prose(host)} resolve "
+                "on every node (/etc/hosts)",
             ))
             continue
         if resolution.status == "unknown":
@@ -120,8 +123,8 @@ def _primary_address(facts: Facts) -> list[Finding]:
                 f"{variable}={host} could not be resolved here ({resolution.error}): clusterenv "
                 "cannot check where the rendezvous goes",
                 (f"{variable}={facts.environ.get(variable, '')!r}", resolution.describe()),
-                f"export {variable}={_cluster_placeholder(facts)} (an IP address needs no "
-                "resolver), or check that the name resolves: getent hosts " + host,
+                f"{export(variable, _cluster_placeholder(facts))} (an IP address needs no "
+                "resolver), or check that the name resolves: " + command("getent", "hosts", host),
             ))
             continue
         first = ipaddress.ip_address(resolution.addresses[0])
@@ -151,8 +154,8 @@ def _named_loopback_primary(
         f"{config.node_rank}): torchrun here would look for the rendezvous on itself, and the "
         "rendezvous never completes",
         (f"{variable}={facts.environ.get(variable, '')!r}", resolution.describe()),
-        f"export {variable}={_cluster_placeholder(facts)} (an IP address), or map {host} to the "
-        "primary's cluster address in this node's /etc/hosts",
+        f"{export(variable, _cluster_placeholder(facts))} (an IP address), or map {prose(host)} "
+        "to the primary's cluster address in this node's /etc/hosts",
     )]
 
 
@@ -167,13 +170,25 @@ def _judge_primary_ip(
     ``"PRIMARY_ADDR=node-0 (resolves to 172.20.0.10)"``."""
     cluster = facts.cluster_interface
     given = (f"{variable}={facts.environ.get(variable, '')!r}", *resolved)
+    zone = ip.scope_id if isinstance(ip, ipaddress.IPv6Address) else None
+    if zone and facts.network.get(zone) is None and not zone.isdigit():
+        return [Finding.of(
+            "primary-zone-unknown",
+            f"{shown} names the zone {zone!r}, and this node has no interface of that name: "
+            "the address cannot be resolved, so binding and connecting to it fail ('Name or "
+            "service not known')",
+            (*given, f"interfaces here: {', '.join(facts.network.names) or 'none'}"),
+            f"use the primary's routable address on the cluster network for {variable}, or a "
+            f"zone that names this node's cluster interface "
+            f"({export(variable, Placeholder('<address>%<interface>'))})",
+        )]
     if facts.runpod and runpod.is_management(address=str(ip)):
         return [Finding.of(
             "primary-addr-management",
             f"{shown} is a Runpod management address (172.16.0.0/12, eth0): other nodes "
             "cannot reach it and the rendezvous times out",
             (*given, "Runpod: 172.x addresses are for internet traffic only"),
-            f"export {variable}={_cluster_placeholder(facts)}; Runpod sets PRIMARY_ADDR on "
+            f"{export(variable, _cluster_placeholder(facts))}; Runpod sets PRIMARY_ADDR on "
             "ens1, so keep the value it set instead of `hostname -I` or a host name",
         )]
     if facts.network.owner_of(ip) is not None or not _route_table_present(facts, ip.version):
@@ -205,7 +220,7 @@ def _judge_primary_ip(
             f"the route to {shown} leaves via {facts.describe(route)}, not the "
             f"cluster interface {facts.describe(cluster.name)}",
             evidence,
-            f"set {variable} to the primary's address on the subnet of {cluster.name}",
+            f"set {variable} to the primary's address on the subnet of {prose(cluster.name)}",
         )]
     return []
 
@@ -267,7 +282,7 @@ def _framework_host_ips(facts: Facts) -> list[Finding]:
             continue
         owner = facts.network.owner_of(ip)
         evidence = (f"{variable}={text!r}", f"cluster interface: {facts.cluster_choice[1]}")
-        fix = (f"export {variable}={cluster.ipv4[0].ip}" if cluster and cluster.ipv4
+        fix = (export(variable, str(cluster.ipv4[0].ip)) if cluster and cluster.ipv4
                else f"set {variable} to this node's cluster address")
         if owner is None:
             out.append(Finding.of("framework-host-ip",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from clusterenv._facts import Facts
 from clusterenv._root import Root
+from clusterenv._shell import export, prose
 from clusterenv.findings import Finding, Severity
 from clusterenv.nccl.interface import (
     bootstrap_unpredictable,
@@ -182,10 +183,11 @@ def _disagreement(facts: Facts, choice: BootstrapChoice, where: str) -> Finding:
         fix = "trust NCCL's answer; please report the disagreement with this output"
     elif choice.comm_id is not None:
         setting += f", NCCL_COMM_ID={choice.comm_id!r}"
-        fix = (f"unset NCCL_COMM_ID, or give it an address on {cluster}: NCCL bootstraps on the "
+        fix = (f"unset NCCL_COMM_ID, or give it an address on {prose(cluster)}: NCCL bootstraps "
+               "on the "
                "interface in that address's subnet, whatever NCCL_SOCKET_IFNAME says")
     else:
-        fix = f"export NCCL_SOCKET_IFNAME={cluster}"
+        fix = export("NCCL_SOCKET_IFNAME", cluster)
     return Finding.of(
         "nccl-bootstrap-disagrees",
         f"{where}, {choice.by} bootstraps over {choice.describe()}, not {predicted} as "

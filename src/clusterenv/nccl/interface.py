@@ -14,6 +14,7 @@ import ipaddress
 from typing import TYPE_CHECKING
 
 from clusterenv._facts import Facts, Proposal, with_origin
+from clusterenv._shell import export
 from clusterenv.filters import (
     lint_exact_names,
     lint_filter,
@@ -232,7 +233,7 @@ def _not_cluster(facts: Facts, variable: str, value: str, used: str, cluster: st
         f"{variable}={value!r} uses {facts.describe(used)}, not the cluster interface "
         f"{facts.describe(cluster)}",
         (f"{variable}={value!r}", f"cluster interface: {facts.cluster_choice[1]}"),
-        f"export {variable}={cluster}",
+        export(variable, cluster),
     )
 
 

@@ -7,13 +7,19 @@ socket), calls it once per environment with ``NCCL_DEBUG=INFO`` and reads NCCL's
 ``Bootstrap: Using <ifname>:<address><port>`` line, or its ``no socket interface found``
 warning when the filter selects nothing.
 
-Where the library comes from, first hit wins:
+Where the library comes from, first hit wins, in the dynamic loader's order for a library that
+PyTorch links (``LD_LIBRARY_PATH`` comes before the ``RUNPATH`` that points torch at the wheel):
 
-1. ``CLUSTERENV_NCCL_LIBRARY``: a path to the library, or ``none`` to never ask NCCL;
-2. the ``nvidia/nccl/lib`` directory of every importable ``nvidia`` package (the
+1. ``CLUSTERENV_NCCL_LIBRARY``: an absolute path to the library, or ``none`` to never ask NCCL;
+2. the absolute directories of ``LD_LIBRARY_PATH``;
+3. the ``nvidia/nccl/lib`` directory in this interpreter's site-packages (the
    ``nvidia-nccl-cu*`` wheels that pip-installed PyTorch loads);
-3. the directories of ``LD_LIBRARY_PATH``;
 4. the dynamic linker's cache (``/etc/ld.so.cache``).
+
+Only absolute paths are ever opened, and the probe runs in ``/``: a ``libnccl.so.2`` (or a
+``nvidia/`` directory) in the current directory is never loaded, whatever ``sys.path`` and
+``LD_LIBRARY_PATH`` say (an unset or empty variable, or an empty entry, would otherwise mean
+the current directory to the loader).
 
 Cost: one ``python -I -S`` subprocess that forks a worker per environment; about a tenth of a
 second in all (see ``benchmarks/bench_nccl_probe.py``).
@@ -32,6 +38,9 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from clusterenv._root import absolute_entries
+from clusterenv.nccl.version import site_packages_dirs
 
 __all__ = [
     "LIBRARY_VARIABLE",
@@ -128,21 +137,16 @@ class NcclAnswer:
 
 
 def _nvidia_dirs() -> Iterator[Path]:
-    import importlib.util  # noqa: PLC0415  # only the live host pays for the lookup
-
-    try:
-        spec = importlib.util.find_spec("nvidia")
-    except (ImportError, ValueError):
-        return
-    # "nvidia" is a namespace package split over site-packages directories: no __file__.
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        yield Path(location) / "nccl" / "lib"
+    # The wheels install into site-packages; sys.path also holds the current directory (under
+    # python -m), whose nvidia/ must never be loaded.
+    for directory in site_packages_dirs():
+        yield Path(directory) / "nvidia" / "nccl" / "lib"
 
 
 def _ld_library_dirs(environ: Mapping[str, str]) -> Iterator[Path]:
-    for entry in environ.get("LD_LIBRARY_PATH", "").split(":")[:_MAX_LD_DIRS]:
-        # The dynamic linker reads an empty entry as the current directory; so do we.
-        yield Path(entry or ".")
+    variable = environ.get("LD_LIBRARY_PATH")
+    for entry in absolute_entries(variable, limit=_MAX_LD_DIRS, separators=":;"):
+        yield Path(entry)
 
 
 def _ld_cache_paths(cache: str = _LD_CACHE) -> Iterator[Path]:
@@ -186,6 +190,10 @@ def find_nccl_library(environ: Mapping[str, str], *, ld_cache: str = _LD_CACHE) 
         if given.strip().lower() == "none":
             return LibrarySearch(None, f"{LIBRARY_VARIABLE}=none: NCCL is not asked")
         path = Path(given.strip()).expanduser()
+        if not path.is_absolute():
+            return LibrarySearch(None, f"{LIBRARY_VARIABLE}={given!r} is a relative path, which "
+                                 "would load whatever is in the current directory: set it to "
+                                 f"the absolute path of {_SONAME}, or to 'none'", problem=True)
         if path.is_dir():
             path = path / _SONAME
         if not _is_library(path):
@@ -194,20 +202,20 @@ def find_nccl_library(environ: Mapping[str, str], *, ld_cache: str = _LD_CACHE) 
         return LibrarySearch(NcclLibrary(str(path), LIBRARY_VARIABLE),
                              f"{_SONAME} from {LIBRARY_VARIABLE}: {path}")
     searches = (
-        ("nvidia package", _nvidia_dirs()),
         ("LD_LIBRARY_PATH", _ld_library_dirs(environ)),
+        ("nvidia package", _nvidia_dirs()),
     )
     for source, dirs in searches:
         for directory in dirs:
             path = directory / _SONAME
             if _is_library(path):
-                found = NcclLibrary(str(path.absolute()), source)
+                found = NcclLibrary(str(path), source)
                 return LibrarySearch(found, f"{_SONAME} from {source}: {found.path}")
     for path in _ld_cache_paths(ld_cache):
         if _is_library(path):
             return LibrarySearch(NcclLibrary(str(path), "linker cache"),
                                  f"{_SONAME} from the linker cache: {path}")
-    return LibrarySearch(None, f"no {_SONAME} in an nvidia package, LD_LIBRARY_PATH or the "
+    return LibrarySearch(None, f"no {_SONAME} in LD_LIBRARY_PATH, an nvidia package or the "
                          f"linker cache (set {LIBRARY_VARIABLE}=PATH to name one)")
 
 
@@ -293,13 +301,16 @@ def ask_nccl(
     """
     if not environs:
         return []
+    if not os.path.isabs(library.path):
+        why = f"{library.path!r} is not an absolute path: NCCL is not loaded from it"
+        return [NcclAnswer(None, None, None, why)] * len(environs)
     payload = json.dumps([probe_environ(e) for e in environs])
     start = time.monotonic()
     try:
         proc = subprocess.Popen(  # our own script, with this interpreter
             [sys.executable, "-I", "-S", str(_CHILD), library.path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=dict(environs[0]), start_new_session=True,
+            env=_loader_environ(environs[0]), cwd="/", start_new_session=True,
         )
     except OSError as e:
         return [NcclAnswer(None, None, None, f"could not start the probe: {e}")] * len(environs)
@@ -319,6 +330,20 @@ def ask_nccl(
         why = f"the probe failed after {time.monotonic() - start:.1f} s: {detail}"
         return [NcclAnswer(None, None, None, why)] * len(environs)
     return [parse_probe_output(str(t)) for t in texts]
+
+
+def _loader_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The probe process's own environment: ``environ`` with ``LD_LIBRARY_PATH`` reduced to
+    its absolute entries (the loader reads it once, at start, to resolve NCCL's dependencies
+    and plugins; an empty or relative entry would mean the directory the probe runs in)."""
+    env = dict(environ)
+    if "LD_LIBRARY_PATH" in env:
+        kept = absolute_entries(env["LD_LIBRARY_PATH"], limit=_MAX_LD_DIRS, separators=":;")
+        if kept:
+            env["LD_LIBRARY_PATH"] = ":".join(kept)
+        else:
+            del env["LD_LIBRARY_PATH"]
+    return env
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

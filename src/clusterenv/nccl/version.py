@@ -20,12 +20,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from clusterenv._root import Root
+from clusterenv._root import Root, absolute_entries
 from clusterenv.errors import DiscoveryError
 
 __all__ = [
-    "NcclVersion", "detect_nccl_versions", "known_before", "loader_dirs", "parse_nccl_version",
-    "versions_text",
+    "NcclVersion", "detect_nccl_versions", "known_before", "loader_dirs",
+    "parse_nccl_version", "site_packages_dirs", "versions_text",
 ]
 
 _VERSION = re.compile(
@@ -74,14 +74,43 @@ def parse_nccl_version(text: str | None) -> tuple[int, int, int] | None:
     return int(major), int(minor), int(patch or 0)
 
 
+def site_packages_dirs() -> list[str]:
+    """This interpreter's own package directories (site-packages, and the user's when Python
+    uses it), in its search order; never the current directory or a script's directory,
+    which ``sys.path`` starts with under ``python -m`` and ``python script.py``.
+
+    Only directories that are on ``sys.path`` count: an interpreter started with ``-S`` uses
+    none, and neither does a job it starts.
+    """
+    import site  # noqa: PLC0415  # only the live host pays for it
+    import sys  # noqa: PLC0415
+
+    candidates = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        candidates.append(site.getusersitepackages())
+    active = {os.path.realpath(entry) for entry in sys.path if entry}
+    found: list[str] = []
+    for directory in candidates:
+        if os.path.isabs(directory) and os.path.realpath(directory) in active \
+                and directory not in found:
+            found.append(directory)
+    return found
+
+
 def _pip_versions() -> list[NcclVersion]:
     from importlib import metadata  # noqa: PLC0415  # only the live host pays for the scan
 
     found = []
+    path = site_packages_dirs()
     for name in _DISTRIBUTIONS:
         try:
-            text = metadata.version(name)
-        except Exception:  # noqa: S112  # not installed, or a broken dist-info: no evidence
+            # Looked up in site-packages only: a dist-info in the current directory is not
+            # what the job's torch loads.
+            distribution = next(iter(metadata.distributions(name=name, path=path)), None)
+            text = distribution.version if distribution is not None else None
+        except Exception:  # noqa: S112  # a broken dist-info: no evidence
+            continue
+        if text is None:
             continue
         parsed = parse_nccl_version(text)
         if parsed is not None:
@@ -116,7 +145,8 @@ def loader_dirs(
 ) -> list[str]:
     """Where the dynamic loader looks for a library, relative to ``root``: its default
     directories (then ``extra``), those of ``etc/ld.so.conf.d/*.conf`` and the first 32 of
-    ``LD_LIBRARY_PATH`` (a ``..`` component is skipped: nothing is read outside the root), each
+    ``LD_LIBRARY_PATH`` (absolute entries only, see :func:`absolute_entries`; a ``..``
+    component is skipped: nothing is read outside the root), each
     directory once: on a merged-``/usr`` system ``lib`` is a link to ``usr/lib``, and the
     second name of a directory already listed is left out, so that one file is one piece of
     evidence.
@@ -128,7 +158,7 @@ def loader_dirs(
         for conf in root.listdir("etc/ld.so.conf.d") if conf.endswith(".conf")
         for line in root.read_lines(f"etc/ld.so.conf.d/{conf}") if line.strip().startswith("/")
     ]
-    variable = environ.get("LD_LIBRARY_PATH", "").split(":")[:_MAX_LD_DIRS]
+    variable = absolute_entries(environ.get("LD_LIBRARY_PATH"), separators=":;")
     dirs: list[str] = []
     seen: set[object] = set()
     for raw in (*_STANDARD_LIBRARY_DIRS, *extra, *configured, *variable):

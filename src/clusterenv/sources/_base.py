@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from clusterenv._root import Root
+from clusterenv._shell import export
 from clusterenv.errors import ConfigProblem
 from clusterenv.findings import Finding
 
@@ -46,6 +47,8 @@ _DECIMAL = re.compile(r"[0-9]+")
 _HOSTNAME = re.compile(
     r"(?=.{1,253}\Z)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?"
 )
+# An IPv6 zone: an interface name as plain as Linux allows (IFNAMSIZ - 1 bytes), or an index.
+_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _MAX_DIGITS = 9  # ranks, counts and ports never need more; longer values are refused early
 
 
@@ -92,8 +95,8 @@ class EnvReader:
         if arbiter is not None:
             for (wrong, _), (_, right) in ((first, second), (second, first)):
                 if _same_value(arbiter, right):
-                    return f"export {wrong}={right}"
-        return (f"set both to the same value: export {first[0]}={placeholder(first[0])}; "
+                    return export(wrong, right)
+        return (f"set both to the same value: {export(first[0], placeholder(first[0]))}; "
                 f"export {second[0]}=${first[0]}")
 
     def get(self, name: str) -> str | None:
@@ -267,11 +270,18 @@ def _same_value(a: str, b: str) -> bool:
 def parse_host(value: str) -> str | None:
     """Normalise a host: an IP address (brackets removed, canonical form) or a DNS name.
 
+    An IPv6 zone (``fe80::1%ens1``) must look like an interface name (up to 15 letters, digits,
+    ``.``, ``_``, ``-``): Python accepts any text after ``%``, and a zone such as
+    ``x,LD_PRELOAD=libevil.so`` would otherwise ride into another tool's option syntax.
+
     Returns None when ``value`` is neither.
     """
     text = value.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
+    _, percent, zone = text.partition("%")
+    if percent and not _ZONE.fullmatch(zone):
+        return None
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:

@@ -22,6 +22,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Mapping
 
+from clusterenv._shell import Placeholder, export
 from clusterenv.sources._base import format_host_port, is_loopback_host, parse_host, split_host_port
 
 __all__ = ["PLACEHOLDERS", "evidenced_value", "fix_for", "placeholder"]
@@ -158,9 +159,9 @@ def fix_for(name: str, environ: Mapping[str, str], *, rejected: str | None = Non
     "NUM_NODES": "4"})`` is ``"export NODE_RANK=<this node's index: 0 on the primary, ...>"``.
     """
     value = evidenced_value(name, environ, rejected=rejected)
-    return f"export {name}={value if value is not None else placeholder(name)}"
+    return export(name, value if value is not None else placeholder(name))
 
 
-def placeholder(name: str) -> str:
+def placeholder(name: str) -> Placeholder:
     """The placeholder of ``name``, e.g. ``"<the number of nodes>"``."""
-    return PLACEHOLDERS.get(name, f"<a valid {name}>")
+    return Placeholder(PLACEHOLDERS.get(name, f"<a valid {name}>"))

@@ -7,6 +7,7 @@ import os
 
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
+from clusterenv._shell import Placeholder, export
 from clusterenv.sources._base import EnvReader
 
 __all__ = ["gpus_or_visible", "ip_lines", "nproc_per_node"]
@@ -64,7 +65,7 @@ def nproc_per_node(env: EnvReader, name: str, root: Root) -> int | None:
             env.problem(
                 (name,),
                 f"{name}={value!r} but no GPU is visible on this node: torchrun would fail",
-                f"export {name}=<processes per node>",
+                export(name, Placeholder("<processes per node>")),
                 "config-out-of-range",
             )
             return None

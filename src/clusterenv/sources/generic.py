@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
+from clusterenv._shell import export
 from clusterenv.sources._base import (
     DEFAULT_PORT,
     MAX_NODES,
@@ -152,7 +153,7 @@ def _count(
             env.problem(
                 (name,),
                 f"{name}={value!r} is an elastic range; clusterenv needs a fixed node count",
-                env.fix("NUM_NODES") if not high.strip() else f"export NUM_NODES={high.strip()}",
+                env.fix("NUM_NODES") if not high.strip() else export("NUM_NODES", high.strip()),
                 "config-elastic-range",
             )
             return None

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
+from clusterenv._shell import export
 from clusterenv.sources._base import (
     MAX_NODES,
     EnvReader,
@@ -144,14 +145,14 @@ def _check_host_node_addr(
         env.problem(
             ("HOST_NODE_ADDR",),
             f"HOST_NODE_ADDR={value!r}: expected ADDRESS:PORT (IPv6 in brackets)",
-            f"export HOST_NODE_ADDR={expected}",
+            export("HOST_NODE_ADDR", expected),
             "config-host-node-addr",
         )
     elif parsed != (primary, port):
         env.problem(
             ("HOST_NODE_ADDR", "PRIMARY_ADDR", "PRIMARY_PORT"),
             f"HOST_NODE_ADDR={value!r} is not PRIMARY_ADDR:PRIMARY_PORT ({expected})",
-            f"export HOST_NODE_ADDR={expected}",
+            export("HOST_NODE_ADDR", expected),
             "config-host-node-addr",
         )
 
