@@ -208,10 +208,12 @@ def _env_problems(entries: Sequence[_Entry]) -> list[Problem]:
     keyed: dict[int, dict[str, str]] = {}
     names: dict[str, str] = {}  # key -> the name as the first node sent it
     shown: dict[str, str] = {}  # key -> the value as the first node sent it
+    known: dict[str, str] = {}  # most nodes hold the same values: each is keyed once
     for e in entries:
         values = keyed[id(e.fp)] = {}
         for name, value in e.fp.env.items():
-            name_key, value_key = compare_key(name), compare_key(value)
+            name_key = known.get(name) or known.setdefault(name, compare_key(name))
+            value_key = known.get(value) or known.setdefault(value, compare_key(value))
             names.setdefault(name_key, name)
             shown.setdefault(value_key, value)
             values[name_key] = value_key
@@ -391,6 +393,8 @@ def _token_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 
 def _same_address(claimed: str, seen: str) -> bool:
+    if claimed == seen:
+        return True
     try:  # IPv4-mapped IPv6 is the IPv4 address; a zone does not matter here
         return parse_ip(claimed)[0] == parse_ip(seen)[0]
     except ValueError:

@@ -14,6 +14,7 @@ Phases, all in one thread on one :class:`~clusterenv.preflight.loop.ConnectionLo
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import socket
 import threading
@@ -126,6 +127,7 @@ class PrimaryServer(ConnectionLoop):
         self._by_rank: dict[int | None, int] = {}
         self._by_peer: dict[tuple[str, int | None], list[Conn]] = {}
         self._covered = 1 if self._expected(own.rank) else 0
+        self._in_ring: dict[int, Conn] = {}  # nodes asked for a probe that have not answered
         self._collecting = True
         self._deadline = float("inf")
 
@@ -217,15 +219,16 @@ class PrimaryServer(ConnectionLoop):
         remaining = round(max(0.0, self._deadline - time.monotonic()), 3)
         hello = {"nonce": conn.nonce.hex(), "auth": self.token is not None, "ring": self.ring,
                  "timeout_s": remaining}
-        conn.state = "open"
+        # The fingerprint is due within peer_timeout of this greeting, however long the
+        # primary took to get here.
+        self._move(conn, "open", time.monotonic() + self.limits.peer_timeout)
         self._send(conn, encode_frame(Kind.HELLO, encode_json(hello), token=self.token,
                                       nonce=conn.client_nonce))
 
     def _on_frame(self, conn: Conn, frame: Frame) -> None:
         if conn.state == "hello":
             if frame.kind == Kind.PROBE:
-                conn.state = "closing"
-                conn.deadline = time.monotonic() + self.limits.send_timeout
+                self._move(conn, "closing", time.monotonic() + self.limits.send_timeout)
                 self._send(conn, encode_frame(Kind.PROBE_ACK, b"{}"))
                 return
             if frame.kind != Kind.OPEN:
@@ -253,8 +256,8 @@ class PrimaryServer(ConnectionLoop):
             if not isinstance(ok, bool) or not isinstance(detail, str) or len(detail) > 512:
                 raise WireError("malformed ring probe result")
             conn.ring_result = {"ok": ok, "detail": detail}
-            conn.state = "waiting"
-            conn.deadline = float("inf")
+            self._move(conn, "waiting", float("inf"))
+            self._in_ring.pop(id(conn), None)
             return
         if not self._collecting:
             raise WireError("too late: the primary had stopped collecting fingerprints")
@@ -290,8 +293,8 @@ class PrimaryServer(ConnectionLoop):
                 # probes cluster nodes, not whatever address a peer chooses.
                 conn.ring_addr = (host_of(conn.peer), port)
         self._forget_closed(conn, fingerprint)
-        conn.state = "waiting"
-        conn.deadline = float("inf")  # now it waits for the verdict, as long as collection runs
+        # Now it waits for the verdict, as long as collection runs.
+        self._move(conn, "waiting", float("inf"))
         self._add(conn, fingerprint)
 
     def _forget_closed(self, conn: Conn, fingerprint: Fingerprint) -> None:
@@ -310,10 +313,14 @@ class PrimaryServer(ConnectionLoop):
     def _on_timeout(self, conn: Conn) -> None:
         if conn.state == "ring":
             conn.ring_result = {"ok": False, "detail": "no probe result in time"}
-            conn.state = "waiting"
-            conn.deadline = float("inf")
+            self._move(conn, "waiting", float("inf"))
+            self._in_ring.pop(id(conn), None)
         else:
             self._drop(conn)
+
+    def _drop(self, conn: Conn) -> None:
+        self._in_ring.pop(id(conn), None)
+        super()._drop(conn)
 
     def _on_rejected(self, conn: Conn) -> None:
         self._remove(conn)
@@ -353,13 +360,11 @@ class PrimaryServer(ConnectionLoop):
                 continue
             message = encode_json({"target": {"addr": target_addr[0], "port": target_addr[1],
                                               "rank": target_ref.rank}})
-            node.state = "ring"
-            node.deadline = deadline
+            self._move(node, "ring", deadline)
+            self._in_ring[id(node)] = node
             self._send(node, encode_frame(Kind.RING, message, token=self.token,
                                           nonce=node.client_nonce))
-        while time.monotonic() < deadline and any(
-            c.state == "ring" and c.sock.fileno() >= 0 for c in self._accepted.values()
-        ):
+        while self._in_ring and time.monotonic() < deadline:
             self._loop_once(deadline)
         if own_thread is not None:
             own_thread.join(max(0.0, deadline - time.monotonic()) + PROBE_TIMEOUT_S)
@@ -375,17 +380,23 @@ class PrimaryServer(ConnectionLoop):
     def _verdict(self, start: float, ring: tuple[RingHop, ...]) -> Verdict:
         # The primary first, then rank and address order: the verdict does not depend on
         # which node happened to arrive first.
-        def order_of(entry: tuple[str, Fingerprint]) -> tuple[object, ...]:
+        def order_of(entry: tuple[str, Fingerprint]) -> tuple[Any, ...]:
             return _node_order(entry[0], entry[1].rank)
 
-        others = sorted(((host_of(c.peer), fp) for c in self._accepted.values()
-                         if (fp := c.fingerprint) is not None), key=order_of)
+        # Each key computed once (an address parse per node): the others in order, and the
+        # primary's row where its own key falls for the table.
+        keyed = sorted(((order_of(e), e) for e in ((host_of(c.peer), c.fingerprint)
+                                                   for c in self._accepted.values()
+                                                   if c.fingerprint is not None)),
+                       key=lambda item: item[0])
+        others = [entry for _, entry in keyed]
         entries = [(self.listen_addr, self.own), *others]
         problems = compare(
             entries, expected_nodes=self.expected_nodes, waited_s=time.monotonic() - start,
             rejected=self.rejected, rejected_total=self.rejected_total, ring=ring,
         )
-        order = sorted(entries, key=order_of)
+        at = bisect.bisect_right([key for key, _ in keyed], order_of(entries[0]))
+        order = [*others[:at], entries[0], *others[at:]]
         hops = ring
         if len(entries) > TABLE_LIMIT:
             named = {(n.rank, n.addr) for p in problems for n in p.nodes}
@@ -409,8 +420,7 @@ class PrimaryServer(ConnectionLoop):
                 continue
             frame = plain or encode_frame(Kind.VERDICT, payload, token=self.token,
                                           nonce=conn.client_nonce)
-            conn.state = "closing"
-            conn.deadline = deadline
+            self._move(conn, "closing", deadline)
             self._send(conn, frame)
         while self._conns and time.monotonic() < deadline:
             self._loop_once(deadline)

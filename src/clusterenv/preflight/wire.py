@@ -311,8 +311,11 @@ def decode_object(payload: bytes, *, max_objects: int | None = None) -> dict[str
         return dict(pairs)
 
     try:
-        data = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant,
-                          object_pairs_hook=counted if max_objects is not None else None)
+        if max_objects is None:
+            data = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+        else:
+            data = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant,
+                              object_pairs_hook=counted)
     except _TooManyObjects as e:
         raise WireError(f"payload has more than {max_objects} JSON objects") from e
     except UnicodeDecodeError as e:
