@@ -17,7 +17,7 @@ PACKAGE = Path(clusterenv.__file__).resolve().parent
 #: parts of its own layer or of a lower one, never of a higher one.
 LAYERS: dict[str, int] = {
     "findings": 0, "errors": 0,
-    "_text": 1, "_root": 1, "_jsonable": 1, "_scrub": 1, "_shell": 1, "_gpus": 1,
+    "_text": 1, "_root": 1, "_jsonable": 1, "_scrub": 1, "_shell": 1, "_gpus": 1, "_elf": 1,
     "nccl.version": 2, "nccl.gid": 2,
     "_addresses": 3, "_routes": 3, "_resolve": 3, "network": 3, "rdma": 3, "host": 3,
     "sources": 4,
