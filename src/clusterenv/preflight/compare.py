@@ -368,7 +368,10 @@ def _local_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 def _version_problems(entries: Sequence[_Entry]) -> list[Problem]:
     out = []
-    for name in ("torch", "nccl", "clusterenv"):
+    # Where every node's NCCL answered for itself, its own version is compared instead of the
+    # installed package's (_runtime_problems): LD_LIBRARY_PATH may load another one.
+    asked = all(e.fp.runtime.version for e in entries)
+    for name in ("torch", "clusterenv") if asked else ("torch", "nccl", "clusterenv"):
         def version(fp: Fingerprint, name: str = name) -> str | None:
             return (fp.clusterenv or None) if name == "clusterenv" else fp.versions.get(name)
 
@@ -381,6 +384,89 @@ def _version_problems(entries: Sequence[_Entry]) -> list[Problem]:
         if problem is not None:
             out.append(problem)
     return out
+
+
+def _libraries(groups: Groups[Any]) -> list[str]:
+    return [f"{e.ref}: {e.fp.runtime.library} ({e.fp.runtime.library_source})"
+            for _, members in groups for e in members[:2] if e.fp.runtime.library]
+
+
+def _plugins(groups: Groups[Any]) -> list[str]:
+    return [f"{e.ref}: {e.fp.runtime.net_plugin or 'none'}; {e.fp.runtime.net_plugin_note}"
+            for _, members in groups for e in members[:2]]
+
+
+def _plugin_key(fp: Fingerprint) -> tuple[str, str] | None:
+    runtime = fp.runtime
+    if runtime.net_plugin is None:
+        return None
+    return runtime.net_plugin.rsplit("/", 1)[-1], runtime.net_plugin_interface or "?"
+
+
+def _show_plugin(key: tuple[str, str] | None) -> str:
+    return "none (NCCL's own IB and socket transports)" if key is None else \
+        f"{key[0]} ({key[1]})"
+
+
+def _runtime_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    """What NCCL will load and use (:class:`~clusterenv.preflight.runtime.NcclRuntime`),
+    each with the severity of its consequence."""
+    found: list[Problem | None] = []
+    asked = [e for e in entries if e.fp.runtime.library or e.fp.runtime.version]
+    if asked:
+        found.append(_differ(
+            entries, lambda fp: fp.runtime.version, what="NCCL library loaded",
+            code="preflight-nccl-library-differs", more=_libraries,
+            show=lambda v: repr(v) if v else "no libnccl.so.2 found",
+            fix="make every node load the same libnccl.so.2 (one image; the same "
+            "LD_LIBRARY_PATH and CLUSTERENV_NCCL_LIBRARY everywhere): NCCL 2.24 and later "
+            "refuse ranks of another version ('Mismatched NCCL version detected'), older ones "
+            "may hang",
+        ))
+        found.append(_differ(
+            asked, _plugin_key, what="NCCL network plugin", show=_show_plugin,
+            code="preflight-net-plugin-differs", more=_plugins,
+            fix="install the same network plugin on every node, or none (take it off "
+            "LD_LIBRARY_PATH or the loader's directories, or set NCCL_NET_PLUGIN to the same "
+            "value everywhere): ranks on different network implementations hang at init",
+        ))
+    rdma = [e for e in entries if e.fp.rdma.devices or e.fp.runtime.hcas]
+    if rdma:
+        counts = {len(e.fp.runtime.hcas) for e in rdma}
+        found.append(_differ(
+            rdma, lambda fp: len(fp.runtime.hcas), what="RDMA ports NCCL selects",
+            code="preflight-hca-selection-differs",
+            severity="error" if 0 in counts and len(counts) > 1 else "warning",
+            more=lambda groups: [f"{e.ref}: {', '.join(e.fp.runtime.hcas) or 'none'}"
+                                 for _, members in groups[1:] for e in members[:4]],
+            fix="make the same RDMA ports ACTIVE and openable in every container "
+            "(/dev/infiniband) and list the same ones in NCCL_IB_HCA: a node that selects "
+            "none falls back to sockets while the others use IB, and NCCL hangs",
+        ))
+    checks: tuple[tuple[str, Callable[[Fingerprint], Any], str, str, Severity], ...] = (
+        ("GPU model", lambda fp: fp.runtime.gpu_models or None, "preflight-gpu-model-differs",
+         "use one GPU model in a job: the slowest GPU paces every collective", "warning"),
+        ("NVIDIA driver version", lambda fp: fp.runtime.driver, "preflight-driver-differs",
+         "install the same driver on every node (one machine image)", "warning"),
+        ("/dev/shm size", lambda fp: fp.runtime.shm_bytes,  # noqa: S108  # a name
+         "preflight-host-limits-differ",
+         "give every container the same /dev/shm (docker --shm-size, a Kubernetes "
+         "emptyDir with medium Memory)", "warning"),
+        ("memlock limit", lambda fp: fp.runtime.memlock, "preflight-host-limits-differ",
+         "set the same memlock limit everywhere (ulimit -l unlimited, docker "
+         "--ulimit memlock=-1)", "warning"),
+        ("RUNPOD_DC_ID (data centre)", lambda fp: fp.runtime.datacenter,
+         "preflight-datacenter-differs", "create the cluster's pods in one data centre: the "
+         "cluster network does not reach between data centres", "error"),
+    )
+    for what, key, code, fix, severity in checks:
+        present = [e for e in entries if key(e.fp) is not None]
+        if present:
+            found.append(_differ(present if code != "preflight-datacenter-differs" else entries,
+                                 key, what=what, code=code, fix=fix, severity=severity,
+                                 show=lambda v: "<unset>" if v is None else ", ".join(v)
+                                 if isinstance(v, tuple) else repr(v)))
+    return [p for p in found if p is not None]
 
 
 def _token_problems(entries: Sequence[_Entry]) -> list[Problem]:
@@ -472,6 +558,7 @@ def compare(
         problems += _rdma_problems(items)
         problems += _gpu_problems(items)
         problems += _version_problems(items)
+        problems += _runtime_problems(items)
         problems += _token_problems(items)
         problems += _local_problems(items)
         problems += _address_problems(items)

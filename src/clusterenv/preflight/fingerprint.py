@@ -23,6 +23,7 @@ from clusterenv._scrub import scrub_value
 from clusterenv._text import clip
 from clusterenv.findings import Finding
 from clusterenv.preflight.digest import digest_form
+from clusterenv.preflight.runtime import NcclRuntime, collect_runtime
 from clusterenv.preflight.wire import WireError
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = [
     "FINGERPRINT_SCHEMA",
     "TOKEN_VARIABLE",
     "Fingerprint",
+    "NcclRuntime",
     "RdmaSummary",
     "collect_fingerprint",
     "compared_environment",
@@ -129,6 +131,9 @@ class Fingerprint:
         versions: e.g. ``{"torch": "2.4.1", "nccl": "2.21.5", "python": "3.11.9"}``.
         token: Whether ``CLUSTERENV_PREFLIGHT_TOKEN`` is set here (never its value).
         clusterenv: The clusterenv version, e.g. ``"0.1.0"``.
+        runtime: What NCCL will load and use here (:class:`NcclRuntime`): the library and its
+            own version, the network plugin, the RDMA ports NCCL selects, GPU models, driver,
+            ``/dev/shm``, memlock, ``RUNPOD_DC_ID``.
         trimmed: What was left out or shortened to fit the message limit, e.g. ``("fitted to
             the 65024-byte message limit (81913 bytes): 20 values sent as a prefix and a
             digest (compared by the digest)",)``; empty when nothing was.
@@ -152,6 +157,7 @@ class Fingerprint:
     versions: Mapping[str, str] = field(default_factory=dict)
     token: bool = False
     clusterenv: str = ""
+    runtime: NcclRuntime = field(default_factory=NcclRuntime)
     trimmed: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
@@ -202,6 +208,7 @@ class Fingerprint:
             versions=_strmap(data, "versions", 16, _MAX_TEXT),
             token=_bool(data, "token"),
             clusterenv=_text(data, "clusterenv") or "",
+            runtime=NcclRuntime.from_wire(data.get("runtime")),
             trimmed=_texts(data, "trimmed")[:4],
         )
 
@@ -391,20 +398,22 @@ def _gpu_count(facts: Facts) -> int | None:
     return host.gpus
 
 
-def _effective_environment(facts: Facts) -> dict[str, str]:
-    """The compared variables, with ``NCCL_*`` settings from NCCL's config files where the
+def _nccl_environment(facts: Facts) -> dict[str, str]:
+    """The environment NCCL sees: ``NCCL_*`` settings from its config files where the
     environment does not set them (NCCL reads those files too)."""
     merged = dict(facts.environ)
     for name, (value, _) in facts.nccl_conf.items():
         merged.setdefault(name, value)
-    return compared_environment(merged)
+    return merged
 
 
 def _collect(environ: Mapping[str, str], root: Root) -> tuple[Fingerprint, Facts]:
     from clusterenv import __version__  # noqa: PLC0415
     from clusterenv.diagnosis import diagnose_with_plan  # noqa: PLC0415  # the check catalogue
 
-    findings, _, facts = diagnose_with_plan(environ=environ, root=root)
+    # On the live host NCCL itself is asked (one short subprocess): its own version, and the
+    # library the loader finds, which the runtime summary compares across nodes.
+    findings, _, facts = diagnose_with_plan(environ=environ, root=root, ask_nccl=root.is_live)
     errors = [f for f in findings if f.severity == "error"][:_MAX_ITEMS]
     config = facts.config
     interface, reason = facts.cluster_choice
@@ -438,7 +447,7 @@ def _collect(environ: Mapping[str, str], root: Root) -> tuple[Fingerprint, Facts
         mtu=interface.mtu if interface is not None else None,
         rdma=_rdma_summary(facts),
         gpus=_gpu_count(facts),
-        env=_effective_environment(facts),
+        env=compared_environment(_nccl_environment(facts)),
         local_errors=tuple(
             Finding(f.code, "error", f.title[:_MAX_VALUE], f.evidence[:8], f.fix[:_MAX_VALUE])
             for f in errors
@@ -446,6 +455,7 @@ def _collect(environ: Mapping[str, str], root: Root) -> tuple[Fingerprint, Facts
         versions=_versions(facts),
         token=bool(environ.get(TOKEN_VARIABLE)),
         clusterenv=__version__,
+        runtime=collect_runtime(facts, _nccl_environment(facts)),
     )
     return fingerprint, facts
 

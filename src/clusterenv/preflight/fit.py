@@ -139,6 +139,14 @@ def _cut(fp: Fingerprint, cut: _Cut) -> Fingerprint:
         ),
         versions=compared(fp.versions, KEY_BYTES),
         clusterenv=clip_bytes(fp.clusterenv, KEY_BYTES),
+        runtime=replace(
+            fp.runtime, library=short(fp.runtime.library),
+            net_plugin=short(fp.runtime.net_plugin),
+            net_plugin_note=clip_bytes(fp.runtime.net_plugin_note, cut.text),
+            hcas=tuple(digest_form(h, KEY_BYTES) for h in fp.runtime.hcas[: cut.items]),
+            gpu_models=tuple(digest_form(g, KEY_BYTES) for g in fp.runtime.gpu_models[:8]),
+            driver=short(fp.runtime.driver), datacenter=short(fp.runtime.datacenter),
+        ),
     )
 
 

@@ -127,6 +127,7 @@ class PrimaryServer(ConnectionLoop):
         self._by_rank: dict[int | None, int] = {}
         self._by_peer: dict[tuple[str, int | None], list[Conn]] = {}
         self._covered = 1 if self._expected(own.rank) else 0
+        self._in_range = 0  # fingerprints whose rank is one of 0..NUM_NODES-1
         self._in_ring: dict[int, Conn] = {}  # nodes asked for a probe that have not answered
         self._collecting = True
         self._deadline = float("inf")
@@ -167,6 +168,7 @@ class PrimaryServer(ConnectionLoop):
         self._accepted[id(conn)] = conn
         rank = fingerprint.rank
         self._by_rank[rank] = self._by_rank.get(rank, 0) + 1
+        self._in_range += self._expected(rank)
         if self._by_rank[rank] == 1 and self._expected(rank) and rank != self.own.rank:
             self._covered += 1
         self._by_peer.setdefault((host_of(conn.peer), rank), []).append(conn)
@@ -176,6 +178,7 @@ class PrimaryServer(ConnectionLoop):
             return
         rank = conn.fingerprint.rank
         self._by_rank[rank] -= 1
+        self._in_range -= self._expected(rank)
         if not self._by_rank[rank]:
             del self._by_rank[rank]
             if self._expected(rank) and rank != self.own.rank:
@@ -189,7 +192,10 @@ class PrimaryServer(ConnectionLoop):
         while time.monotonic() < deadline:
             if self._covered >= self.expected_nodes:  # every rank 0..NUM_NODES-1 reported
                 break
-            if 1 + len(self._accepted) >= self.expected_nodes:
+            # NUM_NODES fingerprints of this cluster's ranks (a duplicate took a rank's place):
+            # a short grace, not the whole timeout. Out-of-range ranks are not this cluster's
+            # nodes and never shorten the wait for the missing ones.
+            if 1 + self._in_range >= self.expected_nodes:
                 full_since = full_since or time.monotonic()
                 if time.monotonic() - full_since >= GRACE_S:
                     break

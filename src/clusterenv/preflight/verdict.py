@@ -151,7 +151,8 @@ class NodeSummary:
         hostname: e.g. ``"node-1"``. interface: e.g. ``"ens1"``. mtu: e.g. ``9000``.
         transport: ``"infiniband"``, ``"roce"``, … or None. rdma_ports: usable ports, e.g. ``8``.
         gpus: e.g. ``8`` (None: no driver visible). local_errors: number of ``doctor`` errors.
-        torch: e.g. ``"2.4.1"``. nccl: e.g. ``"2.21.5"``.
+        torch: e.g. ``"2.4.1"``. nccl: e.g. ``"2.21.5"`` (what the loaded library reports
+        when NCCL could be asked, else the installed package's version).
     """
 
     rank: int | None
@@ -173,7 +174,7 @@ class NodeSummary:
             rank=fp.rank, addr=addr, hostname=fp.hostname, interface=fp.interface, mtu=fp.mtu,
             transport=fp.rdma.transport, rdma_ports=fp.rdma.ports, gpus=fp.gpus,
             local_errors=len(fp.local_errors), torch=fp.versions.get("torch"),
-            nccl=fp.versions.get("nccl"),
+            nccl=fp.runtime.version or fp.versions.get("nccl"),
         )
 
     def to_dict(self) -> dict[str, Any]:
