@@ -34,7 +34,7 @@ import ipaddress
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -50,6 +50,7 @@ from clusterenv.preflight.fingerprint import (
 )
 from clusterenv.preflight.node import PreflightError, run_node
 from clusterenv.preflight.options import PreflightOptions
+from clusterenv.preflight.ready import await_network
 from clusterenv.preflight.server import PrimaryServer, serve_primary
 from clusterenv.preflight.verdict import NodeRef, NodeSummary, Problem, RingHop, Verdict
 from clusterenv.preflight.wire import DEFAULT_LIMITS, Limits
@@ -154,6 +155,8 @@ def preflight(
     port: int | None = None,
     ring: bool = False,
     limits: Limits = DEFAULT_LIMITS,
+    wait: float = 0.0,
+    progress: Callable[[str], None] | None = None,
 ) -> PreflightResult:
     """Run preflight on this node (start it on every node at about the same time).
 
@@ -167,24 +170,41 @@ def preflight(
         ring: On the primary: also have each node open a TCP connection to the next node.
             Nodes follow the primary's choice.
         limits: Size, time and connection bounds.
+        wait: Seconds to wait for a cluster that is still coming up, e.g. ``300``: first until
+            this node's cluster address is assigned and the primary resolves and routes over
+            the cluster interface (:mod:`clusterenv.preflight.ready`), then, on the primary,
+            until every rank reported, and on a node, for the primary; in all at least until
+            ``wait`` seconds from the start, and ``timeout`` seconds after this node was ready.
+        progress: Called with a line whenever what this node waits for changes (the CLI shows
+            it on stderr); None: silent.
 
-    ``timeout``, ``ring``, ``limits`` and the token (``CLUSTERENV_PREFLIGHT_TOKEN``) become one
-    :class:`PreflightOptions`, which the primary and the node's side take.
+    ``timeout``, ``ring``, ``limits``, ``progress`` and the token
+    (``CLUSTERENV_PREFLIGHT_TOKEN``) become one :class:`PreflightOptions`, which the primary and
+    the node's side take.
 
     Returns:
         The result; ``exit_code`` 2 with ``error`` set when it could not complete.
 
     Raises:
-        ValueError: ``timeout`` not positive or ``port`` outside 1–65535.
+        ValueError: ``timeout`` not positive, ``wait`` negative or ``port`` outside 1–65535.
         DiscoveryError: When ``root`` cannot be read.
     """
     if port is not None and not 1 <= port <= 65535:
         raise ValueError(f"port={port!r}: expected 1..65535")
+    if not wait >= 0:
+        raise ValueError(f"wait={wait!r}: expected seconds >= 0")
+    if not timeout > 0:
+        raise ValueError(f"timeout={timeout!r}: expected a positive number of seconds")
     start = time.monotonic()
     env: Mapping[str, str] = os.environ if environ is None else environ
-    options = PreflightOptions(timeout=timeout, token=env.get(TOKEN_VARIABLE, "").encode() or None,
-                               ring=ring, limits=limits)
-    own, facts = _collect(env, as_root(root))
+    host = as_root(root)
+    if wait and host.is_live:  # a snapshot's network never comes up: nothing to wait for
+        await_network(env, host, until=start + wait, progress=progress)
+    own, facts = _collect(env, host)
+    # The exchange may run until `wait` from the start, and at least `timeout` from now.
+    budget = max(start + wait, time.monotonic() + timeout) - time.monotonic()
+    options = PreflightOptions(timeout=budget, token=env.get(TOKEN_VARIABLE, "").encode() or None,
+                               ring=ring, limits=limits, progress=progress)
 
     def failed(role: Role, endpoint: str | None, error: str) -> PreflightResult:
         return PreflightResult(2, role, own.rank, endpoint, None, error,

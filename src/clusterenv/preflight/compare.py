@@ -151,11 +151,21 @@ def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> l
             tuple(unknown), (), "export NODE_RANK (0 on the primary, 1..NUM_NODES-1 elsewhere)",
         ))
     outside = [e.ref for e in entries if e.fp.rank is not None and not 0 <= e.fp.rank < expected]
+    gaps = missing_spans((e.fp.rank for e in entries if e.fp.rank is not None), expected)
     if outside:
+        extra = len(entries) - expected
+        title = (f"{len(entries)} nodes reported, {extra} more than NUM_NODES={expected}: "
+                 f"{_names(outside)} {'has' if len(outside) == 1 else 'have'} NODE_RANK outside "
+                 f"[0, {expected})" if extra > 0 else
+                 f"NODE_RANK outside [0, NUM_NODES={expected}) on {_names(outside)}")
+        evidence = (f"the ranks have gaps: {spans_text(gaps)} missing while "
+                    f"{ranks_text(r.rank for r in outside)} reported: nodes added to or "
+                    "replaced in a running cluster got new ranks",) if gaps else ()
         out.append(Problem.of(
-            "preflight-rank-out-of-range",
-            f"NODE_RANK outside [0, NUM_NODES={expected}) on {_names(outside)}",
-            tuple(outside), (), f"give each node a distinct NODE_RANK from 0 to {expected - 1}",
+            "preflight-rank-out-of-range", title, tuple(outside), evidence,
+            f"give each node a distinct NODE_RANK from 0 to {expected - 1}, and NUM_NODES the "
+            "number of nodes in the cluster as it is now (recreate the cluster's pods, or set "
+            "both on every node)",
         ))
     by_rank: dict[int, list[NodeRef]] = {}
     for e in entries:
@@ -170,7 +180,6 @@ def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> l
                 "give each node a distinct NODE_RANK: two nodes with one rank hang the "
                 "rendezvous or fail with 'Duplicate GPU detected'",
             ))
-    gaps = missing_spans(by_rank, expected)
     missing = sum(last - first + 1 for first, last in gaps)
     if missing:
         named = [r for first, last in gaps[:64] for r in range(first, min(last, first + 63) + 1)]

@@ -22,6 +22,7 @@ import errno
 import math
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,8 @@ class _Greeting:
 
 
 def _connect(
-    host: str, port: int, *, deadline: float, source_addr: str | None, limits: Limits
+    host: str, port: int, *, deadline: float, source_addr: str | None, limits: Limits,
+    say: Callable[[str], None],
 ) -> _Greeting:
     """Connect (retrying until ``deadline``), send ``OPEN`` and read the primary's ``HELLO``."""
     where = format_host_port(host, port)
@@ -113,6 +115,8 @@ def _connect(
                 source = None  # NODE_ADDR is not on this host: doctor reports it; go unbound
                 continue
             last = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+            say(f"waiting for the primary at {where} ({last}), "
+                f"{max(0.0, deadline - time.monotonic()):.0f} s left")
             time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
             continue
         nonce = new_nonce()
@@ -219,7 +223,7 @@ def _attempt(
 ) -> Verdict:
     token, limits = options.token, options.limits
     greeting = _connect(primary_addr, port, deadline=connect_by, source_addr=source_addr,
-                        limits=limits)
+                        limits=limits, say=options.say)
     sock, hello, my_nonce = greeting.sock, greeting.hello, greeting.nonce
     ring: RingListener | None = None
     try:
@@ -261,6 +265,8 @@ def _attempt(
         sock.settimeout(limits.send_timeout)
         sock.sendall(encode_frame(Kind.FINGERPRINT, encode_json(body), token=token,
                                   nonce=primary_nonce))
+        options.say(f"waiting for the verdict from {where} (the primary collects for up to "
+                    f"{max(0.0, until - time.monotonic()):.0f} s)")
         reader = FrameReader(max_payload=limits.max_verdict_bytes,
                              expect={Kind.VERDICT, Kind.REJECT, Kind.RING})
         answered_ring = False

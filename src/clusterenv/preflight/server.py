@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from clusterenv.preflight.compare import compare
+from clusterenv.preflight.compare import compare, missing_spans, spans_text
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.fit import fit_verdict
 from clusterenv.preflight.loop import PENDING, Conn, ConnectionLoop, host_of
@@ -51,6 +51,7 @@ __all__ = ["GRACE_S", "PrimaryServer", "serve_primary"]
 #: Seconds the primary waits for stragglers once NUM_NODES fingerprints arrived but some rank is
 #: still missing (a duplicate rank took its place).
 GRACE_S = 1.0
+_REPORT_S = 0.25
 
 
 def _node_order(addr: str, rank: int | None) -> tuple[object, ...]:
@@ -128,6 +129,7 @@ class PrimaryServer(ConnectionLoop):
         self._by_peer: dict[tuple[str, int | None], list[Conn]] = {}
         self._covered = 1 if self._expected(own.rank) else 0
         self._in_range = 0  # fingerprints whose rank is one of 0..NUM_NODES-1
+        self._reported_at = float("-inf")
         self._in_ring: dict[int, Conn] = {}  # nodes asked for a probe that have not answered
         self._collecting = True
         self._deadline = float("inf")
@@ -187,11 +189,26 @@ class PrimaryServer(ConnectionLoop):
         if conn in same:
             same.remove(conn)
 
+    def _report(self, deadline: float) -> None:
+        """Say which ranks are awaited (at most every quarter second: the text is built from
+        the reported ranks, and a terminal need not be redrawn per node)."""
+        now = time.monotonic()
+        if self.options.progress is None or now < self._reported_at + _REPORT_S:
+            return
+        self._reported_at = now
+        reported = [r for r in self._by_rank if self._expected(r)]
+        if self._expected(self.own.rank):
+            reported.append(self.own.rank)
+        gaps = missing_spans((r for r in reported if r is not None), self.expected_nodes)
+        self.options.say(f"waiting for {spans_text(gaps, limit=8)} ({self._covered} of "
+                         f"{self.expected_nodes} reported, {max(0.0, deadline - now):.0f} s left)")
+
     def _collect(self, deadline: float) -> None:
         full_since: float | None = None
         while time.monotonic() < deadline:
             if self._covered >= self.expected_nodes:  # every rank 0..NUM_NODES-1 reported
                 break
+            self._report(deadline)
             # NUM_NODES fingerprints of this cluster's ranks (a duplicate took a rank's place):
             # a short grace, not the whole timeout. Out-of-range ranks are not this cluster's
             # nodes and never shorten the wait for the missing ones.
