@@ -151,8 +151,9 @@ class NodeSummary:
         hostname: e.g. ``"node-1"``. interface: e.g. ``"ens1"``. mtu: e.g. ``9000``.
         transport: ``"infiniband"``, ``"roce"``, … or None. rdma_ports: usable ports, e.g. ``8``.
         gpus: e.g. ``8`` (None: no driver visible). local_errors: number of ``doctor`` errors.
-        torch: e.g. ``"2.4.1"``. nccl: e.g. ``"2.21.5"`` (what the loaded library reports
-        when NCCL could be asked, else the installed package's version).
+        torch: e.g. ``"2.4.1"``.
+        nccl: e.g. ``"2.21.5"``: what the library a job would load reports, when NCCL could
+            be asked; else the installed package's version.
     """
 
     rank: int | None
