@@ -90,7 +90,7 @@ def _primary(nodes: int, conn: Connection) -> None:
     own = typical_fingerprint(0, nodes)
     before = resource.getrusage(resource.RUSAGE_SELF)
     verdict = serve_primary(own, listen_addr="127.0.0.1", port=0, expected_nodes=nodes,
-                            options=PreflightOptions(timeout=60.0), on_listening=conn.send)
+                            options=PreflightOptions(timeout=300.0), on_listening=conn.send)
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     conn.send((verdict.elapsed_s, verdict.reported, len(verdict.problems),
@@ -178,7 +178,7 @@ def run_once(clients: int) -> tuple[float, float, float]:
     try:
         port = parent.recv()
         start = time.perf_counter()
-        payloads = _run_nodes(port, messages, timeout=120)
+        payloads = _run_nodes(port, messages, timeout=300)
         elapsed = time.perf_counter() - start
         primary_s, reported, problems, rejected, cpu = parent.recv()
     finally:

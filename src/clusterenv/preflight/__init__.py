@@ -12,7 +12,10 @@ primary compares them all and sends one verdict that every node prints:
 - the cluster contract (``NUM_NODES``, ``NUM_TRAINERS``, ``PRIMARY_ADDR``, ``PRIMARY_PORT``);
 - MTU and name of the cluster interface; RDMA transport, number and rate of usable ports;
 - GPUs against ``NUM_TRAINERS``; nodes whose local ``doctor`` has errors;
-- torch and NCCL versions (read without importing either);
+- what NCCL will load and use: the ``libnccl.so.2`` the loader finds and its own version, the
+  network plugin it would load (resolved per NCCL release), the RDMA ports it would select;
+  GPU models, driver, ``/dev/shm``, memlock and Runpod's ``RUNPOD_DC_ID``;
+- torch and NCCL versions (torch's read without importing it);
 - optionally, a ring: each node opens a TCP connection to the next node in rank order.
 
 Exit codes: ``0`` consistent, ``1`` problems found (every node exits 1), ``2`` preflight could not
