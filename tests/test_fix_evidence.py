@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterenv import doctor
+from clusterenv._values import parse_host, split_host_port
 from clusterenv.config import check_config
 from clusterenv.findings import Finding
-from clusterenv.sources._base import parse_host, split_host_port
 from clusterenv.sources._fixes import PLACEHOLDERS, evidenced_value
 from clusterenv.testing import HostBuilder
 

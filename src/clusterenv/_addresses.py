@@ -21,19 +21,15 @@ from clusterenv._text import has_surrogates
 from clusterenv.errors import DiscoveryError
 
 __all__ = [
-    "IPAddress",
     "IPInterface",
     "address_map",
     "live_addresses",
     "parse_address",
-    "parse_ip",
     "snapshot_addresses",
 ]
 
 #: One address with its prefix, e.g. ``IPv4Interface('10.65.0.2/24')``.
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
-#: One address, e.g. ``IPv4Address('10.65.0.2')``.
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # netifaces' family numbers are the platform's AF_* values; Linux values, used by the pure parser.
 _AF_INET = 2
@@ -56,32 +52,6 @@ def parse_address(text: object) -> IPInterface | None:
         return ipaddress.ip_interface(f"{address}/{prefix}" if slash else address)
     except ValueError:
         return None
-
-
-def parse_ip(ip: str | IPAddress) -> tuple[IPAddress, str | None]:
-    """An address and its IPv6 zone: ``"fe80::1%ens1"`` -> ``(IPv6Address('fe80::1'), "ens1")``.
-
-    Brackets are accepted (``[fd00::2]``); IPv4-mapped IPv6 (``::ffff:10.65.0.2``) becomes IPv4.
-
-    Raises:
-        ValueError: When ``ip`` is not an IP address, naming the value.
-    """
-    if isinstance(ip, str):
-        text, _, zone = ip.strip().strip("[]").partition("%")
-        try:
-            address: IPAddress = ipaddress.ip_address(text)
-        except ValueError:
-            raise ValueError(
-                f"{ip!r} is not an IP address: expected e.g. '10.65.0.2' or 'fd00::2'"
-            ) from None
-    else:
-        address, zone = ip, getattr(ip, "scope_id", None) or ""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return address.ipv4_mapped, None
-        if address.scope_id:
-            address = ipaddress.IPv6Address(str(address).split("%", 1)[0])
-    return address, zone or None
 
 
 def _prefix_length(netmask: object, version: int) -> int | None:

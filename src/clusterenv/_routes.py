@@ -11,8 +11,8 @@ import ipaddress
 import os
 from dataclasses import dataclass
 
-from clusterenv._addresses import IPAddress, parse_ip
 from clusterenv._root import Root, as_root
+from clusterenv._values import IPAddress, parse_ip
 
 __all__ = ["read_table", "route_interface"]
 
@@ -131,7 +131,9 @@ def route_interface(
     Raises:
         ValueError: When ``ip`` is not an IP address.
     """
-    address, _ = parse_ip(ip)
+    address = parse_ip(ip)
+    if address is None:
+        raise ValueError(f"{ip!r} is not an IP address: expected e.g. '10.65.0.2' or 'fd00::2'")
     if address.is_loopback:
         return "lo"  # served from the local table, which /proc/net/route does not show
     host = as_root(root)

@@ -15,14 +15,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from clusterenv._addresses import IPAddress, IPInterface, address_map, parse_address, parse_ip
+from clusterenv._addresses import IPInterface, address_map, parse_address
 from clusterenv._jsonable import json_fields
 from clusterenv._root import Root, as_root, natural_key
 from clusterenv._routes import route_interface
+from clusterenv._values import IPAddress, parse_decimal, split_zone
 
 __all__ = [
     "ARPHRD_INFINIBAND",
@@ -30,7 +31,6 @@ __all__ = [
     "ConfigAddresses",
     "Interface",
     "NetworkInterfaces",
-    "primary_variable",
     "route_interface",
 ]
 
@@ -39,7 +39,6 @@ ARPHRD_LOOPBACK = 772
 _IFF_UP = 0x1
 # The kernel reports SPEED_UNKNOWN as -1; some drivers leak it as the unsigned 32-bit value.
 _SPEED_UNKNOWN = (1 << 32) - 1
-_INT = re.compile(r"-?[0-9]{1,19}")
 _MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2})*")
 
 class ConfigAddresses(Protocol):
@@ -150,15 +149,6 @@ class Interface:
         return json_fields(self, is_up=self.is_up, has_routable_address=self.has_routable_address)
 
 
-def primary_variable(source: str, environ: Mapping[str, str] | None = None) -> str:
-    """The variable a message names for the rendezvous address: ``"PRIMARY_ADDR"`` where the
-    Runpod source read it (when ``environ`` is given: only if it sets ``PRIMARY_ADDR``), else
-    ``"MASTER_ADDR"``, the name every launcher uses."""
-    if source == "runpod" and (environ is None or environ.get("PRIMARY_ADDR")):
-        return "PRIMARY_ADDR"
-    return "MASTER_ADDR"
-
-
 @dataclass(frozen=True, slots=True)
 class NetworkInterfaces:
     """Every network interface of the node, and answers about addresses.
@@ -211,7 +201,7 @@ class NetworkInterfaces:
         Raises:
             ValueError: When ``ip`` is not an IP address.
         """
-        address, zone = parse_ip(ip)
+        address, zone = _ip_or_raise(ip)
         owners = [
             i for i in self.interfaces if i.holds(address) and (zone is None or i.name == zone)
         ]
@@ -225,7 +215,7 @@ class NetworkInterfaces:
         Raises:
             ValueError: When ``ip`` is not an IP address.
         """
-        address, zone = parse_ip(ip)
+        address, zone = _ip_or_raise(ip)
         matches: list[tuple[int, Interface]] = []
         for interface in self.interfaces:
             if zone is not None and interface.name != zone:
@@ -270,8 +260,9 @@ class NetworkInterfaces:
                     )
                 else:
                     notes.append(f"no interface holds NODE_ADDR {config.node_addr}")
+        # A framework's own config object may not say which variable held the address.
         variable = ("the local rendezvous address" if config.source == "local"
-                    else primary_variable(config.source))
+                    else getattr(config, "primary_variable", "MASTER_ADDR"))
         primary = config.primary_addr
         try:
             candidates = self.on_subnet(primary)
@@ -284,7 +275,7 @@ class NetworkInterfaces:
         if multi:
             candidates = tuple(i for i in candidates if not i.is_loopback)
         if candidates:
-            address, _ = parse_ip(primary)
+            address, _ = _ip_or_raise(primary)
             ranked = sorted(candidates, key=lambda i: (not i.holds(address), not i.is_up))
             chosen = ranked[0]
             held = "holds" if chosen.holds(address) else "is on the subnet of"
@@ -311,14 +302,20 @@ class NetworkInterfaces:
         return json_fields(self)
 
 
+def _ip_or_raise(ip: str | IPAddress) -> tuple[IPAddress, str | None]:
+    """:func:`~clusterenv._values.split_zone`, raising for what the public methods refuse."""
+    split = split_zone(ip)
+    if split is None:
+        raise ValueError(f"{ip!r} is not an IP address: expected e.g. '10.65.0.2' or 'fd00::2'")
+    return split
+
+
 # -- reading sysfs --------------------------------------------------------------------------
 
 
 def _parse_int(text: str | None) -> int | None:
-    """A decimal integer attribute (``mtu``, ``type``), or None."""
-    if text is None or not _INT.fullmatch(text.strip()):
-        return None
-    return int(text)
+    """A non-negative decimal attribute (``mtu``, ``type``, ``speed``), or None."""
+    return parse_decimal(text, max_digits=19)
 
 
 def _parse_hex(text: str | None) -> int | None:

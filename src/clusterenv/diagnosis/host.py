@@ -1,5 +1,5 @@
 """Host checks: GPUs against the process count, ``/dev/shm``, the rendezvous port, and how the
-job is launched (failure modes FM-16, FM-19, FM-21 and FM-32 of the catalogue).
+job is launched.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import ipaddress
 import socket
 
 from clusterenv._facts import Facts
-from clusterenv._root import format_size_limit
+from clusterenv._root import format_size_limit, which
 from clusterenv._shell import command, prose
 from clusterenv.errors import DiscoveryError
 from clusterenv.findings import Finding
@@ -24,7 +24,7 @@ _SHM = "/dev/shm"  # noqa: S108  # named in messages, never written
 
 
 def _gpus(facts: Facts) -> list[Finding]:
-    """FM-19: more processes per node than GPUs this process can see."""
+    """More processes per node than GPUs this process can see."""
     config = facts.config
     if config is None or config.source == "local":  # local counts the GPUs it finds
         return []
@@ -62,7 +62,7 @@ def _gpus(facts: Facts) -> list[Finding]:
 
 
 def _shm(facts: Facts) -> list[Finding]:
-    """FM-32: ``/dev/shm`` too small for NCCL's shared-memory segments."""
+    """``/dev/shm`` too small for NCCL's shared-memory segments."""
     config = facts.config
     size = facts.host.shm_bytes
     if config is None or size is None or size >= SHM_MINIMUM:
@@ -95,7 +95,7 @@ def port_in_use(port: int, *, family: int = socket.AF_INET) -> bool:
 
 
 def _port(facts: Facts) -> list[Finding]:
-    """FM-16: the rendezvous port is already taken on the primary (live host only)."""
+    """The rendezvous port is already taken on the primary (live host only)."""
     config = facts.config
     if (
         config is None
@@ -124,20 +124,42 @@ def _port(facts: Facts) -> list[Finding]:
 
 
 def _launcher(facts: Facts) -> list[Finding]:
-    """FM-21: the node contract is set, but this shell was not started by a launcher."""
+    """The node contract is set, but this shell was not started by a launcher."""
     config = facts.config
     if config is None or not config.is_multi_node or config.source not in ("runpod", "generic"):
         return []
     if facts.environ.get("RANK") is not None or facts.environ.get("LOCAL_RANK") is not None:
         return []
     torchrun = command("torchrun", *config.torchrun_args(), "train.py")
+    evidence = [f"source: {config.source}", "RANK and LOCAL_RANK are unset"]
+    fix = f"clusterenv launch -- train.py   (or: {torchrun})"
+    missing = _torch_missing(facts)
+    if missing is not None:  # the fix must run here: say what it needs first
+        evidence.append(missing)
+        fix = ("install PyTorch in this Python environment (pip install torch), then "
+               f"clusterenv launch -- train.py   (or: {torchrun})")
     return [Finding.of(
         "launcher-missing",
         "the cluster variables are set but no per-process ranks: start training with torchrun "
         "(plain `python train.py` fails with 'environment variable RANK expected, but not set')",
-        (f"source: {config.source}", "RANK and LOCAL_RANK are unset"),
-        f"clusterenv launch -- train.py   (or: {torchrun})",
+        tuple(evidence), fix,
     )]
+
+
+def _torch_missing(facts: Facts) -> str | None:
+    """Why ``clusterenv launch`` could not start torchrun here, or None when it can (or this is
+    a snapshot, whose Python environment is not this one)."""
+    if not facts.root.is_live:
+        return None
+    import importlib.util  # noqa: PLC0415  # only when the finding is made
+    import sys  # noqa: PLC0415
+
+    if importlib.util.find_spec("torch") is not None:
+        return None
+    if which("torchrun", facts.environ.get("PATH")) is not None:
+        return None
+    return (f"no torchrun on PATH, and this Python ({sys.executable}) cannot import torch: "
+            "clusterenv launch needs one of them")
 
 
 def host_checks(facts: Facts) -> list[Finding]:

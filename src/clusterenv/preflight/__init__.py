@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from clusterenv._jsonable import json_fields
 from clusterenv._root import as_root
+from clusterenv._values import format_host_port
 from clusterenv.preflight.compare import compare
 from clusterenv.preflight.fingerprint import (
     TOKEN_VARIABLE,
@@ -57,7 +58,7 @@ from clusterenv.preflight.ready import await_network
 from clusterenv.preflight.server import PrimaryServer, serve_primary
 from clusterenv.preflight.verdict import NodeRef, NodeSummary, Problem, RingHop, Verdict
 from clusterenv.preflight.wire import DEFAULT_LIMITS, Limits
-from clusterenv.sources._base import MAX_NODES, format_host_port
+from clusterenv.sources._base import MAX_NODES
 
 if TYPE_CHECKING:
     from clusterenv._facts import Facts

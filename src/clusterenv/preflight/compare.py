@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from clusterenv._addresses import parse_ip
+from clusterenv._values import parse_ip
 from clusterenv.findings import Finding, Severity
 from clusterenv.preflight.digest import compare_key
 from clusterenv.preflight.fingerprint import Fingerprint
@@ -490,10 +490,9 @@ def _token_problems(entries: Sequence[_Entry]) -> list[Problem]:
 def _same_address(claimed: str, seen: str) -> bool:
     if claimed == seen:
         return True
-    try:  # IPv4-mapped IPv6 is the IPv4 address; a zone does not matter here
-        return parse_ip(claimed)[0] == parse_ip(seen)[0]
-    except ValueError:
-        return claimed == seen
+    # IPv4-mapped IPv6 is the IPv4 address; a zone does not matter here
+    a, b = parse_ip(claimed), parse_ip(seen)
+    return a == b if a is not None and b is not None else claimed == seen
 
 
 def _address_problems(entries: Sequence[_Entry]) -> list[Problem]:

@@ -413,7 +413,8 @@ def _collect(environ: Mapping[str, str], root: Root) -> tuple[Fingerprint, Facts
 
     # On the live host NCCL itself is asked (one short subprocess): its own version, and the
     # library the loader finds, which the runtime summary compares across nodes.
-    findings, _, facts = diagnose_with_plan(environ=environ, root=root, ask_nccl=root.is_live)
+    diagnosis = diagnose_with_plan(environ=environ, root=root, ask_nccl=root.is_live)
+    findings, facts = list(diagnosis.findings), diagnosis.facts
     errors = [f for f in findings if f.severity == "error"][:_MAX_ITEMS]
     config = facts.config
     interface, reason = facts.cluster_choice
@@ -455,7 +456,7 @@ def _collect(environ: Mapping[str, str], root: Root) -> tuple[Fingerprint, Facts
         versions=_versions(facts),
         token=bool(environ.get(TOKEN_VARIABLE)),
         clusterenv=__version__,
-        runtime=collect_runtime(facts, _nccl_environment(facts)),
+        runtime=collect_runtime(facts, diagnosis.bootstrap, _nccl_environment(facts)),
     )
     return fingerprint, facts
 

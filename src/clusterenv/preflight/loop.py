@@ -39,8 +39,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterenv._addresses import parse_ip
 from clusterenv._text import clip
+from clusterenv._values import format_host_port, parse_ip
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.wire import (
     Frame,
@@ -52,7 +52,6 @@ from clusterenv.preflight.wire import (
     encode_json,
     new_nonce,
 )
-from clusterenv.sources._base import format_host_port
 
 __all__ = ["PENDING", "Conn", "ConnectionLoop", "host_of", "peer_text"]
 
@@ -99,10 +98,9 @@ def peer_text(address: Any) -> str:
     host, port = str(address[0]), address[1]
     if ":" not in host:  # an IPv4 address as the kernel writes it: already canonical
         return f"{host}:{port}"
-    with contextlib.suppress(ValueError):
-        ip, _ = parse_ip(host)
-        if ip.version == 4:  # IPv4, or IPv4-mapped IPv6 unwrapped
-            host = str(ip)
+    ip = parse_ip(host)
+    if ip is not None and ip.version == 4:  # IPv4, or IPv4-mapped IPv6 unwrapped
+        host = str(ip)
     return format_host_port(host, port)
 
 

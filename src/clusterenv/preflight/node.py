@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clusterenv._text import clip
+from clusterenv._values import format_host_port
 from clusterenv.errors import ClusterEnvError
 from clusterenv.preflight.fingerprint import TOKEN_VARIABLE, Fingerprint
 from clusterenv.preflight.fit import fit_fingerprint
@@ -51,7 +52,6 @@ from clusterenv.preflight.wire import (
     new_nonce,
     verify_mac,
 )
-from clusterenv.sources._base import format_host_port
 
 __all__ = ["PreflightError", "run_node", "verdict_margin"]
 

@@ -21,6 +21,7 @@ from clusterenv.preflight.wire import WireError
 
 if TYPE_CHECKING:
     from clusterenv._facts import Facts
+    from clusterenv.nccl.bootstrap import NcclBootstrap
 
 __all__ = ["NcclRuntime", "collect_runtime"]
 
@@ -128,13 +129,14 @@ def _memlock(facts: Facts) -> str | None:
     return "unlimited" if host.memlock_soft is None else str(host.memlock_soft)
 
 
-def collect_runtime(facts: Facts, environ: Mapping[str, str]) -> NcclRuntime:
-    """This node's :class:`NcclRuntime` from facts already gathered (with NCCL asked, on the
-    live host: ``facts.bootstrap`` holds the library and ``facts.nccl_versions`` its own
-    version); ``environ`` is the environment NCCL sees, its config files merged in."""
+def collect_runtime(
+    facts: Facts, bootstrap: NcclBootstrap | None, environ: Mapping[str, str]
+) -> NcclRuntime:
+    """This node's :class:`NcclRuntime` from a diagnosis already made (with NCCL asked, on the
+    live host: ``bootstrap`` holds the library and ``facts.nccl_versions`` its own version
+    first); ``environ`` is the environment NCCL sees, its config files merged in."""
     from clusterenv.nccl.plugin import resolve_net_plugin  # noqa: PLC0415  # reads ELF files
 
-    bootstrap = facts.bootstrap
     library = bootstrap.library if bootstrap is not None else None
     reported = [v for v in facts.nccl_versions if v.source.endswith("(ncclGetVersion)")]
     version = reported[0].version if reported else None

@@ -8,30 +8,26 @@ all, and so that ``doctor`` can show them as findings.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from clusterenv._root import Root
 from clusterenv._shell import export
+from clusterenv._values import parse_decimal, parse_host, parse_ip
 from clusterenv.errors import ConfigProblem
-from clusterenv.findings import Finding
+from clusterenv.findings import Code, Finding
 
 __all__ = [
     "DEFAULT_PORT",
     "MAX_NODES",
     "EnvReader",
+    "Named",
     "NodeFacts",
     "Reading",
     "Source",
-    "format_host_port",
-    "is_loopback_host",
-    "parse_host",
     "plain_int",
-    "split_host_port",
 ]
 
 #: torchrun's default rendezvous port, used where a source has no port of its own.
@@ -41,15 +37,6 @@ DEFAULT_PORT = 29500
 #: error instead of being taken at its word (a typo such as ``NUM_NODES=999999999`` made the
 #: preflight primary try to list a billion ranks).
 MAX_NODES = 65536
-
-_DECIMAL = re.compile(r"[0-9]+")
-# A DNS name as RFC 1123 allows it; anything else that is not an IP address is refused.
-_HOSTNAME = re.compile(
-    r"(?=.{1,253}\Z)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?"
-)
-# An IPv6 zone: an interface name as plain as Linux allows (IFNAMSIZ - 1 bytes), or an index.
-_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
-_MAX_DIGITS = 9  # ranks, counts and ports never need more; longer values are refused early
 
 
 @dataclass
@@ -61,6 +48,10 @@ class Reading:
     notes: list[Finding] = field(default_factory=list)
     #: Values as given, for checks that compare spellings (``HOST_NODE_ADDR``).
     raw: dict[str, str] = field(default_factory=dict)
+    #: The variables the rendezvous address was read from, the one used first, e.g.
+    #: ``("PRIMARY_ADDR", "MASTER_ADDR")``; empty when the source derived it (a Slurm node
+    #: list, an MPI host list).
+    primary_variables: tuple[str, ...] = ()
 
 
 class EnvReader:
@@ -71,7 +62,7 @@ class EnvReader:
         self.reading = reading
 
     def problem(
-        self, variables: tuple[str, ...], message: str, fix: str = "", code: str = "config-invalid"
+        self, variables: tuple[str, ...], message: str, fix: str = "", code: Code = "config-invalid"
     ) -> None:
         """Record a problem."""
         self.reading.problems.append(ConfigProblem(variables, message, fix, code))
@@ -113,7 +104,7 @@ class EnvReader:
         return None, None
 
     def aliased(
-        self, *names: str, required: bool, what: str, example: str
+        self, *names: str, required: bool, what: str
     ) -> tuple[str, str] | None:
         """Read a value that may be spelled several ways (``PRIMARY_ADDR`` / ``MASTER_ADDR``).
 
@@ -152,7 +143,7 @@ class EnvReader:
         maximum: int | None = None,
     ) -> int | None:
         """Read a decimal integer (first spelling that is set; all spellings must agree)."""
-        found = self.aliased(*names, required=required, what=what, example=example)
+        found = self.aliased(*names, required=required, what=what)
         if found is None:
             return None
         name, value = found
@@ -172,7 +163,8 @@ class EnvReader:
     ) -> int | None:
         """Parse ``value`` of variable ``name`` as a decimal integer within bounds."""
         text = value.strip()
-        if not _DECIMAL.fullmatch(text) or not text.isascii():
+        number = parse_decimal(text)
+        if number is None and not (text.isascii() and text.isdigit()):
             kind = "a non-negative" if minimum <= 0 else "a positive"
             self.problem(
                 (name,),
@@ -181,7 +173,7 @@ class EnvReader:
                 "config-not-integer",
             )
             return None
-        if len(text.lstrip("0")) > _MAX_DIGITS:
+        if number is None:
             self.problem(
                 (name,),
                 f"{name}={value!r}: too large for {what}",
@@ -189,7 +181,6 @@ class EnvReader:
                 "config-out-of-range",
             )
             return None
-        number = int(text)
         if number < minimum or (maximum is not None and number > maximum):
             bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
             self.problem(
@@ -213,12 +204,12 @@ class EnvReader:
         )
         return default if found is None and not self.any_set(*names) else found
 
-    def host(self, *names: str, required: bool, what: str, example: str) -> str | None:
+    def host(self, *names: str, required: bool, what: str) -> str | None:
         """Read a host: an IP address (IPv6 with or without brackets) or a DNS name."""
-        found = self.aliased(*names, required=required, what=what, example=example)
-        if found is None:
-            return None
-        name, value = found
+        found = self.aliased(*names, required=required, what=what)
+        return None if found is None else self._host(*found, what=what)
+
+    def _host(self, name: str, value: str, *, what: str) -> str | None:
         host = parse_host(value)
         if host is None:
             self.problem(
@@ -229,25 +220,30 @@ class EnvReader:
             )
         return host
 
-    def ip(self, name: str, *, required: bool, what: str, example: str) -> str | None:
+    def primary(self, *names: str, required: bool, what: str) -> str | None:
+        """Read the rendezvous address (:meth:`host`), noting which variable held it."""
+        found = self.aliased(*names, required=required, what=what)
+        if found is None:
+            return None
+        self.reading.primary_variables = tuple(n for n in names if self.get(n) is not None)
+        return self._host(*found, what=what)
+
+    def ip(self, name: str, *, required: bool, what: str) -> str | None:
         """Read a variable that must be an IP address (``NODE_ADDR``)."""
-        found = self.aliased(name, required=required, what=what, example=example)
+        found = self.aliased(name, required=required, what=what)
         if found is None:
             return None
         value = found[1]
-        text = value.strip()
-        if text.startswith("[") and text.endswith("]"):
-            text = text[1:-1]
-        try:
-            return str(ipaddress.ip_address(text))
-        except ValueError:
-            self.problem(
-                (name,),
-                f"{name}={value!r} is not an IP address ({what})",
-                self.fix(name, rejected=value),
-                "config-bad-address",
-            )
-            return None
+        host = parse_host(value)
+        if host is not None and parse_ip(host) is not None:
+            return host
+        self.problem(
+            (name,),
+            f"{name}={value!r} is not an IP address ({what})",
+            self.fix(name, rejected=value),
+            "config-bad-address",
+        )
+        return None
 
     def any_set(self, *names: str) -> bool:
         """Whether any of ``names`` is set (non-empty), valid or not."""
@@ -261,66 +257,16 @@ def _same_value(a: str, b: str) -> bool:
     ha, hb = parse_host(a), parse_host(b)
     if ha is not None and ha == hb:
         return True
-    a_num, b_num = a.strip(), b.strip()
-    return bool(
-        _DECIMAL.fullmatch(a_num) and _DECIMAL.fullmatch(b_num) and int(a_num) == int(b_num)
-    )
+    a_num, b_num = parse_decimal(a), parse_decimal(b)
+    return a_num is not None and a_num == b_num
 
 
-def parse_host(value: str) -> str | None:
-    """Normalise a host: an IP address (brackets removed, canonical form) or a DNS name.
+class Named(NamedTuple):
+    """A value and the variable (or expression) it came from, e.g. ``Named("LOCAL_SIZE", 8)``
+    or ``Named("WORLD_SIZE / nodes", 2)``: a message can then name where the value came from."""
 
-    An IPv6 zone (``fe80::1%ens1``) must look like an interface name (up to 15 letters, digits,
-    ``.``, ``_``, ``-``): Python accepts any text after ``%``, and a zone such as
-    ``x,LD_PRELOAD=libevil.so`` would otherwise ride into another tool's option syntax.
-
-    Returns None when ``value`` is neither.
-    """
-    text = value.strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    _, percent, zone = text.partition("%")
-    if percent and not _ZONE.fullmatch(zone):
-        return None
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        pass
-    if text.isascii() and _HOSTNAME.fullmatch(text) and not text.replace(".", "").isdigit():
-        return text.rstrip(".").lower()
-    return None
-
-
-def split_host_port(value: str) -> tuple[str, int] | None:
-    """Split ``"10.65.0.2:29500"`` or ``"[fd00::2]:29500"`` into host and port; None if garbled."""
-    text = value.strip()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0 or not text[end + 1 :].startswith(":"):
-            return None
-        host_part, port_part = text[1:end], text[end + 2 :]
-    else:
-        host_part, sep, port_part = text.rpartition(":")
-        if not sep or ":" in host_part:
-            return None
-    host = parse_host(host_part)
-    if host is None or not _DECIMAL.fullmatch(port_part) or len(port_part) > 5:
-        return None
-    return host, int(port_part)
-
-
-def format_host_port(host: str, port: int) -> str:
-    """``host:port``, with IPv6 addresses in brackets (``[fd00::2]:29500``)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether a host is loopback without asking a resolver (``localhost``, 127/8, ``::1``)."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        name = host.lower().rstrip(".")
-        return name in {"localhost", "ip6-localhost", "ip6-loopback"} or name.endswith(".localhost")
+    name: str
+    value: int
 
 
 @dataclass(frozen=True)
@@ -331,19 +277,19 @@ class NodeFacts:
     """
 
     source: str
-    node_rank: tuple[str, int] | None = None
-    num_nodes: tuple[str, int] | None = None
-    per_node: tuple[str, int] | None = None
+    node_rank: Named | None = None
+    num_nodes: Named | None = None
+    per_node: Named | None = None
     primary: tuple[str, str] | None = None
 
 
-def plain_int(environ: Mapping[str, str], *names: str) -> tuple[str, int] | None:
+def plain_int(environ: Mapping[str, str], *names: str) -> Named | None:
     """The first of ``names`` holding a plain decimal integer, as ``(name, value)``; never
     records a problem (for evidence, not for the values a source is built from)."""
     for name in names:
-        text = (environ.get(name) or "").strip()
-        if text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS:
-            return name, int(text)
+        number = parse_decimal(environ.get(name))
+        if number is not None:
+            return Named(name, number)
     return None
 
 
@@ -352,8 +298,6 @@ class Source(ABC):
 
     #: The value of ``ClusterConfig.source`` this source produces, e.g. ``"runpod"``.
     name: ClassVar[str]
-    #: One line for docs and ``show``, e.g. ``"Runpod Instant Cluster"``.
-    description: ClassVar[str]
     #: ``"process"`` when it describes a launched worker (ranks), ``"node"`` otherwise.
     level: ClassVar[str] = "node"
     #: Who starts the processes, for messages (``"torchrun"``, ``"mpirun"``).
@@ -368,8 +312,17 @@ class Source(ABC):
         """Whether this environment looks like this source (never raises)."""
 
     @abstractmethod
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
-        """Read the config fields, collecting every problem instead of raising."""
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
+        """Read the config fields, collecting every problem instead of raising.
+
+        Args:
+            environ: The variables.
+            root: The host, for the few sources that count visible GPUs.
+            outer: What the node-level source around a worker says about its node (the
+                caller finds it), e.g. the node count a Lightning child cannot know itself.
+        """
 
     def reason(self, environ: Mapping[str, str]) -> str:
         """Why it matched, e.g. ``"TORCHELASTIC_RUN_ID is set"`` (for ``show`` and ``doctor``)."""

@@ -19,11 +19,16 @@ Everything else is a placeholder such as ``<the primary node's cluster IP addres
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Callable, Mapping
 
 from clusterenv._shell import Placeholder, export
-from clusterenv.sources._base import format_host_port, is_loopback_host, parse_host, split_host_port
+from clusterenv._values import (
+    format_host_port,
+    is_loopback_host,
+    parse_decimal,
+    parse_host,
+    split_host_port,
+)
 
 __all__ = ["PLACEHOLDERS", "evidenced_value", "fix_for", "placeholder"]
 
@@ -46,7 +51,6 @@ PLACEHOLDERS: dict[str, str] = {
 }
 _ADDRESSES = ("PRIMARY_ADDR", "MASTER_ADDR")
 _PORTS = ("PRIMARY_PORT", "MASTER_PORT")
-_DECIMAL = re.compile(r"[0-9]{1,9}")
 
 
 def _int(environ: Mapping[str, str], *names: str, minimum: int = 1) -> int | None:
@@ -55,11 +59,8 @@ def _int(environ: Mapping[str, str], *names: str, minimum: int = 1) -> int | Non
     values = {(environ.get(n) or "").strip() for n in names} - {""}
     if len(values) != 1:
         return None
-    text = values.pop()
-    if not (text.isascii() and _DECIMAL.fullmatch(text)):
-        return None
-    number = int(text)
-    return number if number >= minimum else None
+    number = parse_decimal(values.pop())
+    return number if number is not None and number >= minimum else None
 
 
 def _one(candidates: list[str]) -> str | None:
