@@ -210,6 +210,14 @@ Code = Literal[
     "preflight-addr-mismatch",
     "preflight-ring-unreachable",
     "preflight-rejected-peers",
+    "preflight-fingerprint-trimmed",
+    "preflight-nccl-library-differs",
+    "preflight-net-plugin-differs",
+    "preflight-hca-selection-differs",
+    "preflight-gpu-model-differs",
+    "preflight-driver-differs",
+    "preflight-host-limits-differ",
+    "preflight-datacenter-differs",
     "bench-slow-node",
     "bench-slow-link",
     "bench-transport-mixed",
@@ -588,6 +596,30 @@ CODES: dict[Code, CodeInfo] = {
     ),
     "preflight-rejected-peers": CodeInfo(
         "preflight", "warning", "Connections without a valid fingerprint were refused"
+    ),
+    "preflight-fingerprint-trimmed": CodeInfo(
+        "preflight", "info", "A node's fingerprint was fitted to the message limit"
+    ),
+    "preflight-nccl-library-differs": CodeInfo(
+        "preflight", "error", "Nodes load different NCCL libraries"
+    ),
+    "preflight-net-plugin-differs": CodeInfo(
+        "preflight", "error", "Nodes load different NCCL network plugins"
+    ),
+    "preflight-hca-selection-differs": CodeInfo(
+        "preflight", "warning", "NCCL selects a different number of RDMA ports on some nodes"
+    ),
+    "preflight-gpu-model-differs": CodeInfo(
+        "preflight", "warning", "GPU models differ between nodes"
+    ),
+    "preflight-driver-differs": CodeInfo(
+        "preflight", "warning", "NVIDIA driver versions differ between nodes"
+    ),
+    "preflight-host-limits-differ": CodeInfo(
+        "preflight", "warning", "/dev/shm or memlock differ between nodes"  # noqa: S108
+    ),
+    "preflight-datacenter-differs": CodeInfo(
+        "preflight", "error", "Nodes are in different data centres"
     ),
     # -- bench
     "bench-slow-node": CodeInfo("bench", "error", "One node's bandwidth is far below the rest"),
