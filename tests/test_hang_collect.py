@@ -67,14 +67,17 @@ def send(report: NodeReport, port: int, *, token: bytes | None = None,
                            options=PreflightOptions(timeout=timeout, token=token, limits=FAST))
 
 
-def raw(port: int, frame: bytes) -> bytes:
-    """Connect, wait for HELLO, send ``frame``, return everything the primary answers."""
+def raw(port: int, frame: bytes, *, open_first: bool = True) -> bytes:
+    """Connect, open as a node does (``OPEN``, then the primary's ``HELLO``) unless
+    ``open_first`` is False, send ``frame``, return everything the primary answers."""
     with socket.create_connection((LOOP, port), timeout=10) as sock:
-        reader = FrameReader(max_payload=1 << 24, expect={Kind.HELLO})
-        while reader.next_frame() is None:
-            reader.feed(sock.recv(4096))
         chunks = []
         try:
+            if open_first:
+                sock.sendall(encode_frame(Kind.OPEN, encode_json({"nonce": "00" * 16})))
+                reader = FrameReader(max_payload=1 << 24, expect={Kind.HELLO})
+                while reader.next_frame() is None:
+                    reader.feed(sock.recv(4096))
             sock.sendall(frame)
             while data := sock.recv(65536):
                 chunks.append(data)
@@ -125,30 +128,36 @@ def test_a_node_with_another_token_is_refused_and_the_others_still_answer(
         good = pool.submit(send, honest, port, token=b"secret")
         bad = pool.submit(send, impostor, port, token=b"other")
         answer = good.result()
-        with pytest.raises(PreflightError, match="refused this node: invalid or missing MAC"):
+        # The impostor checks the greeting first: the primary's MAC is not over its token, so
+        # it sends nothing and says why.
+        with pytest.raises(PreflightError, match=r"not authenticated with this node's "
+                           r"CLUSTERENV_PREFLIGHT_TOKEN: .* nothing was sent"):
             bad.result()
     assert answer.report().title == result[0].report().title
-    assert any("invalid or missing MAC" in r for r in result[0].rejected)
+    assert answer.report().ranks_read == (0, 1)  # the impostor's dump never reached anybody
+    assert any("the node refused this primary" in r for r in result[0].rejected)
     # A node with a token never sends its dumps to a primary without one.
     with primary(own, nodes=2, timeout=2.0) as (port, _), \
             pytest.raises(PreflightError, match="does not use CLUSTERENV_PREFLIGHT_TOKEN"):
         send(honest, port, token=b"secret", timeout=2.0)
 
 
-@pytest.mark.parametrize(("frame", "reason"), [
-    (b"GET / HTTP/1.1\r\n\r\n", "not a clusterenv preflight message"),
-    (encode_frame(Kind.HANG_REPORT, b"[1, 2]"), "payload must be a JSON object"),
-    (encode_frame(Kind.HANG_REPORT, encode_json({"nonce": "00" * 16, "report": {
-        "node_rank": 1, "dumps": [{"rank": "one"}]}})), "dumps[0].rank: expected int"),
-    (encode_frame(Kind.HANG_REPORT, b"x" * 70_000), "exceeds the 65536-byte limit"),
-    (encode_frame(Kind.FINGERPRINT, b"{}"), "unexpected FINGERPRINT message"),
+@pytest.mark.parametrize(("frame", "reason", "open_first"), [
+    (b"GET / HTTP/1.1\r\n\r\n", "not a clusterenv preflight message", False),
+    (encode_frame(Kind.HANG_REPORT, b"{}"), "unexpected HANG_REPORT message (expected OPEN)",
+     False),
+    (encode_frame(Kind.HANG_REPORT, b"[1, 2]"), "payload must be a JSON object", True),
+    (encode_frame(Kind.HANG_REPORT, encode_json({"report": {
+        "node_rank": 1, "dumps": [{"rank": "one"}]}})), "dumps[0].rank: expected int", True),
+    (encode_frame(Kind.HANG_REPORT, b"x" * 70_000), "exceeds the 65536-byte limit", True),
+    (encode_frame(Kind.FINGERPRINT, b"{}"), "unexpected FINGERPRINT message", True),
 ])
 def test_hostile_messages_are_refused_with_the_reason_and_honest_nodes_answered(
-    fr_dumps: Generated, frame: bytes, reason: str,
+    fr_dumps: Generated, frame: bytes, reason: str, open_first: bool,
 ) -> None:
     own, honest, _ = reports(fr_dumps)
     with primary(own, nodes=2, timeout=3.0) as (port, result):
-        reply = raw(port, frame)
+        reply = raw(port, frame, open_first=open_first)
         answer = send(honest, port)
     assert not reply or reason in reply.decode("utf-8", "replace")
     assert any(reason in r for r in result[0].rejected), result[0].rejected

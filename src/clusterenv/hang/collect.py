@@ -4,11 +4,13 @@ Dumps live on each node's own disk. Run ``clusterenv hang --collect`` on every n
 same time, as ``clusterenv preflight`` is run, and with everything preflight uses: the same
 rendezvous (the node holding ``PRIMARY_ADDR`` listens on that address only, on
 ``PRIMARY_PORT + 1`` by default; the others connect over their cluster address and retry until
-the timeout), the same framing, size and time limits (:mod:`clusterenv.preflight.wire`,
+the timeout), the same handshake (the node's ``OPEN`` with its nonce, the primary's ``HELLO``),
+framing, size and time limits (:mod:`clusterenv.preflight.wire`,
 :class:`~clusterenv.preflight.Limits`), the same token (``CLUSTERENV_PREFLIGHT_TOKEN``: every
-message MACed with the receiver's nonce) and the same treatment of hostile peers
-(:class:`~clusterenv.preflight.loop.ConnectionLoop`: greeting deadlines, connection budgets,
-refusals recorded by address).
+message MACed with the receiver's nonce, the greeting included, and a node with the token sends
+nothing to a primary that does not prove it holds it) and the same treatment of hostile peers
+(:class:`~clusterenv.preflight.loop.ConnectionLoop`: deadlines, connection budgets, refusals
+recorded by address).
 
 Each node sends its dump summaries and launch record (:class:`NodeReport`, at most
 ``max_message_bytes``); the primary waits for every ``NODE_RANK`` or the timeout, then sends all
@@ -24,10 +26,10 @@ from dataclasses import replace
 
 from clusterenv._text import clip
 from clusterenv._values import format_host_port
-from clusterenv.hang.messages import Collected, NodeReport, trimmed
+from clusterenv.hang.messages import MAX_OBJECTS, Collected, NodeReport, trimmed
 from clusterenv.preflight.fingerprint import TOKEN_VARIABLE
 from clusterenv.preflight.loop import Conn, ConnectionLoop, host_of
-from clusterenv.preflight.node import PreflightError, _connect
+from clusterenv.preflight.node import PreflightError, _connect, _refuse, _verdict_deadline
 from clusterenv.preflight.options import PreflightOptions
 from clusterenv.preflight.ring import read_frame
 from clusterenv.preflight.wire import (
@@ -38,13 +40,11 @@ from clusterenv.preflight.wire import (
     decode_object,
     encode_frame,
     encode_json,
-    new_nonce,
     verify_mac,
 )
+from clusterenv.sources._base import MAX_NODES
 
 __all__ = ["HangPrimary", "collect_on_node", "serve_hang_primary"]
-
-_MARGIN_S = 15.0
 
 
 class HangPrimary(ConnectionLoop):
@@ -54,16 +54,21 @@ class HangPrimary(ConnectionLoop):
         own: The primary's own report.
         listen_addr: The one address to bind, e.g. ``"10.65.0.2"``.
         port: TCP port; ``0`` lets the kernel choose.
-        expected_nodes: ``NUM_NODES``.
+        expected_nodes: ``NUM_NODES``, at most preflight's bound.
         options: Timeout, token and limits (preflight's).
+
+    Raises:
+        ValueError: More nodes than preflight accepts.
     """
 
     def __init__(self, own: NodeReport, *, listen_addr: str, port: int, expected_nodes: int,
                  options: PreflightOptions) -> None:
+        if expected_nodes > MAX_NODES:
+            raise ValueError(f"expected_nodes={expected_nodes}: at most {MAX_NODES} nodes")
         nodes = max(1, expected_nodes)
         super().__init__(listen_addr=listen_addr, port=port, limits=options.limits,
-                         expect={Kind.HANG_REPORT}, max_pending=nodes - 1 +
-                         options.limits.connection_slack,
+                         expect={Kind.OPEN, Kind.HANG_REPORT, Kind.REJECT},
+                         max_pending=nodes - 1 + options.limits.connection_slack,
                          max_total=options.limits.max_connections * nodes + 64)
         self.own = own
         self.expected_nodes = nodes
@@ -110,27 +115,44 @@ class HangPrimary(ConnectionLoop):
         return Collected(tuple(reports), addresses, self.expected_nodes, rejected,
                          round(elapsed, 3))
 
-    def _greet(self, conn: Conn) -> None:
-        remaining = round(max(0.0, self._deadline - time.monotonic()), 3)
-        hello = {"nonce": conn.nonce.hex(), "auth": self.token is not None, "ring": False,
-                 "timeout_s": remaining}
-        self._send(conn, encode_frame(Kind.HELLO, encode_json(hello)))
-
-    def _on_frame(self, conn: Conn, frame: Frame) -> None:
-        if conn.state != "hello":
-            raise WireError("more than one message on one connection")
-        if self.token is not None and not verify_mac(frame, token=self.token, nonce=conn.nonce):
-            raise WireError("invalid or missing MAC: this node's CLUSTERENV_PREFLIGHT_TOKEN "
-                            "differs from the primary's")
-        body = decode_object(frame.payload)
-        nonce = body.get("nonce")
+    def _greet(self, conn: Conn, frame: Frame) -> None:
+        """Answer a node's ``OPEN`` (its nonce) with ``HELLO``, MACed over that nonce when
+        there is a token, as preflight's primary does."""
+        nonce = decode_object(frame.payload).get("nonce")
         if not isinstance(nonce, str) or len(nonce) != 32:
-            raise WireError("hang report must carry a 32-hex 'nonce'")
+            raise WireError("OPEN message must carry a 32-hex 'nonce'")
         try:
             conn.client_nonce = bytes.fromhex(nonce)
         except ValueError as e:
-            raise WireError("hang report 'nonce' is not hexadecimal") from e
-        report = NodeReport.from_wire(body.get("report"))
+            raise WireError("OPEN 'nonce' is not hexadecimal") from e
+        remaining = round(max(0.0, self._deadline - time.monotonic()), 3)
+        hello = {"nonce": conn.nonce.hex(), "auth": self.token is not None, "ring": False,
+                 "timeout_s": remaining}
+        self._move(conn, "open", time.monotonic() + self.limits.peer_timeout)
+        self._send(conn, encode_frame(Kind.HELLO, encode_json(hello), token=self.token,
+                                      nonce=conn.client_nonce))
+
+    def _on_frame(self, conn: Conn, frame: Frame) -> None:
+        if conn.state == "hello":
+            if frame.kind != Kind.OPEN:
+                raise WireError(f"unexpected {Kind.NAMES[frame.kind]} message (expected OPEN)")
+            self._greet(conn, frame)
+            return
+        if conn.state != "open":
+            raise WireError("more than one message on one connection")
+        if frame.kind == Kind.REJECT:  # a node that does not trust this greeting says why
+            reason = decode_object(frame.payload).get("reason")
+            self._reject(conn, f"the node refused this primary: {clip(str(reason), 200)}",
+                         send=False)
+            return
+        if frame.kind != Kind.HANG_REPORT:
+            raise WireError(f"unexpected {Kind.NAMES[frame.kind]} message (expected "
+                            "HANG_REPORT)")
+        if self.token is not None and not verify_mac(frame, token=self.token, nonce=conn.nonce):
+            raise WireError("invalid or missing MAC: this node's CLUSTERENV_PREFLIGHT_TOKEN "
+                            "differs from the primary's")
+        report = NodeReport.from_wire(decode_object(frame.payload,
+                                                    max_objects=MAX_OBJECTS).get("report"))
         if not self._count_work(conn):
             return
         if report.node_rank is not None and report.node_rank == self.own.node_rank:
@@ -142,8 +164,7 @@ class HangPrimary(ConnectionLoop):
                 raise WireError(f"node rank {key} already reported from {earlier.peer}")
             self._drop(earlier)  # the same node reconnected: its new report replaces the old
         self._reports[key] = (conn, report)
-        conn.state = "waiting"
-        conn.deadline = float("inf")
+        self._move(conn, "waiting", float("inf"))
 
     def _on_peer_closed(self, conn: Conn) -> None:
         self._drop(conn)  # its report still counts
@@ -156,8 +177,7 @@ class HangPrimary(ConnectionLoop):
         for conn, _ in self._reports.values():
             if conn.sock.fileno() < 0:
                 continue
-            conn.state = "closing"
-            conn.deadline = deadline
+            self._move(conn, "closing", deadline)
             self._send(conn, encode_frame(Kind.HANG_VERDICT, payload, token=self.token,
                                           nonce=conn.client_nonce))
         while self._conns and time.monotonic() < deadline:
@@ -193,9 +213,10 @@ def collect_on_node(report: NodeReport, *, primary_addr: str, port: int,
     """
     where = format_host_port(primary_addr, port)
     deadline = time.monotonic() + options.timeout
-    sock, hello = _connect(primary_addr, port, deadline=deadline, source_addr=source_addr,
-                           limits=options.limits)
-    token = options.token
+    token, limits = options.token, options.limits
+    greeting = _connect(primary_addr, port, deadline=deadline, source_addr=source_addr,
+                        limits=limits, say=options.say)
+    sock, hello, my_nonce = greeting.sock, greeting.hello, greeting.nonce
     try:
         nonce_hex, auth = hello.get("nonce"), hello.get("auth")
         if not isinstance(nonce_hex, str) or len(nonce_hex) != 32 or not isinstance(auth, bool):
@@ -205,25 +226,30 @@ def collect_on_node(report: NodeReport, *, primary_addr: str, port: int,
         except ValueError as e:
             raise PreflightError(f"the primary at {where} sent a malformed greeting") from e
         if token is not None and not auth:
+            _refuse(sock, f"this node has {TOKEN_VARIABLE} set and the primary does not", limits)
             raise PreflightError(f"the primary at {where} does not use {TOKEN_VARIABLE}, but "
                                  "this node has it set: set the same token on every node (or "
                                  "on none); nothing was sent")
-        announced = hello.get("timeout_s")
-        wait = float(announced) if isinstance(announced, (int, float)) else options.timeout
-        until = time.monotonic() + min(max(wait, 0.0) + _MARGIN_S, 3600.0)
-        my_nonce = new_nonce()
-        body = {"nonce": my_nonce.hex(),
-                "report": report.fitted(options.limits.max_message_bytes - 256).to_wire()}
-        sock.settimeout(options.limits.send_timeout)
+        if token is not None and not verify_mac(greeting.frame, token=token, nonce=my_nonce):
+            _refuse(sock, f"its greeting is not authenticated with this node's {TOKEN_VARIABLE} "
+                    "(the tokens differ)", limits)
+            raise PreflightError(f"the greeting from {where} is not authenticated with this "
+                                 f"node's {TOKEN_VARIABLE}: set the same token on every node; "
+                                 "nothing was sent")
+        until, wait_text = _verdict_deadline(hello, own_deadline=deadline,
+                                             trusted=token is not None, limits=limits,
+                                             timeout=options.timeout)
+        body = {"report": report.fitted(limits.max_message_bytes - 256).to_wire()}
+        sock.settimeout(limits.send_timeout)
         sock.sendall(encode_frame(Kind.HANG_REPORT, encode_json(body), token=token,
                                   nonce=primary_nonce))
-        reader = FrameReader(max_payload=options.limits.max_verdict_bytes,
+        reader = FrameReader(max_payload=limits.max_verdict_bytes,
                              expect={Kind.HANG_VERDICT, Kind.REJECT})
         try:
             frame = read_frame(sock, reader, until)
         except TimeoutError as e:
             raise PreflightError(f"the primary at {where} took this node's report but sent no "
-                                 f"answer in {wait + _MARGIN_S:.0f} s") from e
+                                 f"answer {wait_text}") from e
         except EOFError as e:
             raise PreflightError(f"the primary at {where} closed the connection without an "
                                  "answer; its own output says why") from e
@@ -234,7 +260,7 @@ def collect_on_node(report: NodeReport, *, primary_addr: str, port: int,
         if token is not None and not verify_mac(frame, token=token, nonce=my_nonce):
             raise PreflightError(f"the answer from {where} is not authenticated with this "
                                  f"node's {TOKEN_VARIABLE}: set the same token on every node")
-        return Collected.from_wire(decode_object(frame.payload))
+        return Collected.from_wire(decode_object(frame.payload, max_objects=MAX_OBJECTS))
     except WireError as e:
         raise PreflightError(f"bad message from the primary at {where}: {e}") from e
     except OSError as e:

@@ -18,10 +18,14 @@ from clusterenv.hang.record import LaunchRecord, RecordError, parse_launch_recor
 from clusterenv.hang.report import HangReport
 from clusterenv.preflight.wire import WireError, encode_json
 
-__all__ = ["Collected", "NodeReport", "trimmed"]
+__all__ = ["MAX_OBJECTS", "Collected", "NodeReport", "trimmed"]
 
 _MAX_DUMPS = 1024
 _MAX_NOTES = 64
+#: JSON objects a received message may hold (decoding stops beyond): a node's report and the
+#: answer of a collection within the verdict's byte limit stay far below it, while megabytes of
+#: ``{}`` would otherwise become millions of dictionaries.
+MAX_OBJECTS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from clusterenv._root import Root
 from clusterenv._values import parse_host
 from clusterenv.sources._base import (
     DEFAULT_PORT,
+    MAX_NODES,
     EnvReader,
     NodeFacts,
     Reading,
@@ -211,6 +212,7 @@ class SlurmSource(Source):
         nodes = env.integer(
             *((nodes_name,) if nodes_name else ("SLURM_NNODES",)),
             required=True, what="the number of nodes in the step", example="<nodes>", minimum=1,
+            maximum=MAX_NODES,
         )
         node_rank = env.integer(
             "SLURM_NODEID",
