@@ -166,7 +166,9 @@ def apply_recorder(
     where = directory if directory is not None else job_directory(env, agent_pid=os.getppid())
     plan = plan_recorder(env, directory=where, host=host, torch=torch)
     env.update(plan.env)
-    with contextlib.suppress(OSError):
+    # ValueError: a path no file system takes (a NUL byte); torch reports the dump it cannot
+    # write, and a job must not fail for want of a dump directory.
+    with contextlib.suppress(OSError, ValueError):
         Path(env.get(HANG_DIR_VARIABLE, str(plan.directory))).mkdir(parents=True,
                                                                     exist_ok=True)
     return plan
