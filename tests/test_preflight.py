@@ -416,7 +416,7 @@ def test_ranks_text() -> None:
 
 
 def test_verdict_round_trips_and_malformed_ones_are_refused() -> None:
-    problem = Problem("preflight-mtu-differs", "error", "t", (NodeRef(1, "a", "h"),), ("e",), "f")
+    problem = Problem("preflight-mtu-differs", "error", "t", ("e",), "f", (NodeRef(1, "a", "h"),))
     verdict = Verdict(2, "10.65.0.2:29501", (NodeSummary(0, "10.65.0.2", mtu=1500),), (problem,),
                       ("x:1: y",), 1, (RingHop(NodeRef(0), NodeRef(1), False, "refused"),), 0.5,
                       reported=2, ring_probed=2)
@@ -913,8 +913,9 @@ def test_human_output_of_a_broken_big_cluster() -> None:
 
     odd = NodeRef(70, "10.65.1.72", "node-70")
     problem = Problem("preflight-mtu-differs", "error", "MTU of the cluster interface differs: "
-                      "rank 70 (10.65.1.72) has 1500, 99 nodes have 9000", (odd,),
-                      ("9000 on ranks 0-69, 71-99", "1500 on rank 70"), "set the same MTU")
+                      "rank 70 (10.65.1.72) has 1500, 99 nodes have 9000",
+                      ("9000 on ranks 0-69, 71-99", "1500 on rank 70"), "set the same MTU",
+                      (odd,))
     verdict = Verdict(100, "10.65.0.2:29501", (NodeSummary(70, "10.65.1.72", "node-70", "ens1",
                                                            1500, "roce", 8, 8),),
                       (problem,), reported=100, elapsed_s=0.42)

@@ -583,8 +583,8 @@ def test_whatever_the_primary_builds_every_node_accepts() -> None:
     # The other side of the bounds: a verdict of 300 problems, each naming 100 nodes with 50
     # long evidence lines, fitted as the primary fits it, passes the node's check.
     refs = tuple(NodeRef(r, f"10.65.{r // 250}.{r % 250}", "\x01" * 200) for r in range(100))
-    problems = tuple(Problem("preflight-env-differs", "error", "t" * 3000, refs,
-                             tuple("e" * 900 for _ in range(50)), "f" * 3000)
+    problems = tuple(Problem("preflight-env-differs", "error", "t" * 3000,
+                             tuple("e" * 900 for _ in range(50)), "f" * 3000, refs)
                      for _ in range(300))
     rows = tuple(NodeSummary(r, "10.65.0.9", "h" * 500) for r in range(400))
     big = Verdict(400, "10.65.0.2:29501", rows, problems, tuple("r" * 900 for _ in range(90)),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from clusterenv._values import parse_ip
-from clusterenv.findings import Finding, Severity
+from clusterenv.findings import Code, Finding, Severity
 from clusterenv.preflight.digest import compare_key
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.verdict import NodeRef, Problem, RingHop
@@ -109,7 +109,7 @@ def _differ(
     key: Callable[[Fingerprint], K],
     *,
     what: str,
-    code: str,
+    code: Code,
     fix: str,
     severity: Severity | None = None,
     show: Callable[[K], str] = _show,
@@ -139,14 +139,14 @@ def _differ(
     ]
     if more is not None:
         evidence += more(groups)[:_MAX_EVIDENCE]
-    return Problem.of(code, title, tuple(odd), tuple(evidence), fix, severity=severity)
+    return Problem.about(code, title, tuple(odd), tuple(evidence), fix, severity=severity)
 
 
 def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> list[Problem]:
     out = []
     unknown = [e.ref for e in entries if e.fp.rank is None]
     if unknown:
-        out.append(Problem.of(
+        out.append(Problem.about(
             "preflight-rank-unknown", f"{_names(unknown)} sent no valid NODE_RANK",
             tuple(unknown), (), "export NODE_RANK (0 on the primary, 1..NUM_NODES-1 elsewhere)",
         ))
@@ -161,7 +161,7 @@ def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> l
         evidence = (f"the ranks have gaps: {spans_text(gaps)} missing while "
                     f"{ranks_text(r.rank for r in outside)} reported: nodes added to or "
                     "replaced in a running cluster got new ranks",) if gaps else ()
-        out.append(Problem.of(
+        out.append(Problem.about(
             "preflight-rank-out-of-range", title, tuple(outside), evidence,
             f"give each node a distinct NODE_RANK from 0 to {expected - 1}, and NUM_NODES the "
             "number of nodes in the cluster as it is now (recreate the cluster's pods, or set "
@@ -173,7 +173,7 @@ def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> l
             by_rank.setdefault(e.fp.rank, []).append(e.ref)
     for rank, refs in sorted(by_rank.items()):
         if len(refs) > 1:
-            out.append(Problem.of(
+            out.append(Problem.about(
                 "preflight-rank-duplicate",
                 f"NODE_RANK={rank} is used by {len(refs)} nodes: {_names(refs)}",
                 tuple(refs), tuple(f"{r}: hostname {r.hostname or '?'}" for r in refs[:8]),
@@ -183,7 +183,7 @@ def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> l
     missing = sum(last - first + 1 for first, last in gaps)
     if missing:
         named = [r for first, last in gaps[:64] for r in range(first, min(last, first + 63) + 1)]
-        out.append(Problem.of(
+        out.append(Problem.about(
             "preflight-rank-missing",
             f"{missing} of {expected} nodes did not report within {waited:.1f} s: "
             f"{spans_text(gaps)}",
@@ -248,7 +248,7 @@ def _trimmed_problems(entries: Sequence[_Entry]) -> list[Problem]:
     if not trimmed:
         return []
     refs = [e.ref for e in trimmed]
-    return [Problem.of(
+    return [Problem.about(
         "preflight-fingerprint-trimmed",
         f"{_names(refs)}: fingerprint fitted to the message limit", tuple(refs),
         tuple(f"{e.ref}: {note}" for e in trimmed[:_MAX_EVIDENCE] for note in e.fp.trimmed[:1]),
@@ -259,7 +259,7 @@ def _trimmed_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 def _network_problems(entries: Sequence[_Entry]) -> list[Problem]:
     out = [
-        Problem.of(
+        Problem.about(
             "preflight-no-cluster-interface", f"{e.ref} has no cluster interface",
             (e.ref,), (e.fp.interface_reason,) if e.fp.interface_reason else (),
             "give the node an address on the cluster network (NODE_ADDR) and run "
@@ -335,14 +335,14 @@ def _gpu_problems(entries: Sequence[_Entry]) -> list[Problem]:
     for e in entries:
         trainers = e.fp.num_trainers
         if e.fp.gpus is None:
-            out.append(Problem.of(
+            out.append(Problem.about(
                 "preflight-gpu-count",
                 f"{e.ref} shows no NVIDIA driver while other nodes have GPUs", (e.ref,), (),
                 "check the node's driver, and that the container was given the GPUs",
             ))
         elif trainers is not None and e.fp.gpus < trainers:
             visible = e.fp.env.get("CUDA_VISIBLE_DEVICES")
-            out.append(Problem.of(
+            out.append(Problem.about(
                 "preflight-gpu-count",
                 f"{e.ref} sees {e.fp.gpus} GPUs but NUM_TRAINERS={trainers}", (e.ref,),
                 (f"CUDA_VISIBLE_DEVICES={_show(visible)}",),
@@ -366,7 +366,7 @@ def _local_problems(entries: Sequence[_Entry]) -> list[Problem]:
         # Each node's own wording, when the nodes do not all say the same thing.
         distinct = len({f.title for _, f in items}) > 1
         titles = list(dict.fromkeys(f"{e.ref}: {f.title}" for e, f in items)) if distinct else []
-        out.append(Problem.of(
+        out.append(Problem.about(
             "preflight-node-errors",
             f"local check {code} fails on {_names(refs)}: {first.title}",
             tuple(refs), tuple(titles[:_MAX_EVIDENCE]),
@@ -452,7 +452,7 @@ def _runtime_problems(entries: Sequence[_Entry]) -> list[Problem]:
             "(/dev/infiniband) and list the same ones in NCCL_IB_HCA: a node that selects "
             "none falls back to sockets while the others use IB, and NCCL hangs",
         ))
-    checks: tuple[tuple[str, Callable[[Fingerprint], Any], str, str, Severity], ...] = (
+    checks: tuple[tuple[str, Callable[[Fingerprint], Any], Code, str, Severity], ...] = (
         ("GPU model", lambda fp: fp.runtime.gpu_models or None, "preflight-gpu-model-differs",
          "use one GPU model in a job: the slowest GPU paces every collective", "warning"),
         ("NVIDIA driver version", lambda fp: fp.runtime.driver, "preflight-driver-differs",
@@ -500,7 +500,7 @@ def _address_problems(entries: Sequence[_Entry]) -> list[Problem]:
     for e in entries[1:]:  # the primary's own entry is where it listens
         claimed, seen = e.fp.node_addr, e.ref.addr
         if claimed and seen and not _same_address(claimed, seen):
-            out.append(Problem.of(
+            out.append(Problem.about(
                 "preflight-addr-mismatch",
                 f"{e.ref} says NODE_ADDR={claimed} but connected from {seen}", (e.ref,), (),
                 "check NODE_ADDR on that node, and that its traffic to the primary leaves "
@@ -511,7 +511,7 @@ def _address_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 def _ring_problems(ring: Sequence[RingHop]) -> list[Problem]:
     return [
-        Problem.of(
+        Problem.about(
             "preflight-ring-unreachable",
             f"{hop.source} cannot open a TCP connection to {hop.target}: {hop.detail}",
             (hop.source, hop.target), (),
@@ -528,7 +528,7 @@ def _rejected_problem(rejected: Sequence[str], total: int) -> list[Problem]:
     peers = tuple(
         NodeRef(None, r.removeprefix("rejected peer ").split(": ", 1)[0]) for r in rejected
     )
-    return [Problem.of(
+    return [Problem.about(
         "preflight-rejected-peers",
         f"refused {_plural(total, 'connection')} that did not send a valid fingerprint",
         peers, tuple(rejected),

@@ -12,7 +12,7 @@ from typing import Any
 
 from clusterenv._jsonable import json_fields
 from clusterenv._text import clip
-from clusterenv.findings import Finding, Severity, code_info
+from clusterenv.findings import Code, Finding, Severity
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.wire import WireError
 
@@ -96,30 +96,22 @@ class NodeRef:
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
-    """One cross-node problem and the nodes it concerns.
+class Problem(Finding):
+    """A finding about some nodes of the cluster: a :class:`~clusterenv.findings.Finding`
+    with the nodes it concerns.
 
     Attributes:
-        code: Stable identifier, e.g. ``"preflight-env-differs"``.
-        severity: ``"error"``, ``"warning"`` or ``"info"``.
-        title: One line naming the variable or value and the nodes, e.g.
-            ``"NCCL_SOCKET_IFNAME differs: rank 2 (10.65.0.4) has 'eth0', 3 nodes have 'ens1'"``.
-        nodes: The nodes to look at, e.g. ``(NodeRef(2, "10.65.0.4", "node-2"),)``.
-        evidence: What each node reported, e.g. ``("'ens1' on rank 0, 1, 3", "'eth0' on rank 2")``.
-        fix: What to do, e.g. ``"set NCCL_SOCKET_IFNAME to the same value on every node"``.
+        nodes: The nodes to look at, e.g. ``(NodeRef(2, "10.65.0.4", "node-2"),)``; the title
+            names them too, e.g. ``"NCCL_SOCKET_IFNAME differs: rank 2 (10.65.0.4) has 'eth0',
+            3 nodes have 'ens1'"``, and the evidence says what each reported.
     """
 
-    code: str
-    severity: Severity
-    title: str
     nodes: tuple[NodeRef, ...] = ()
-    evidence: tuple[str, ...] = ()
-    fix: str = ""
 
     @classmethod
-    def of(
+    def about(
         cls,
-        code: str,
+        code: Code,
         title: str = "",
         nodes: tuple[NodeRef, ...] = (),
         evidence: tuple[str, ...] = (),
@@ -127,19 +119,21 @@ class Problem:
         *,
         severity: Severity | None = None,
     ) -> Problem:
-        """A problem with a registered code; severity and title default to the registry's
-        (:data:`clusterenv.findings.CODES`)."""
-        info = code_info(code)
-        return cls(code, severity or info.severity, title or info.title, nodes, evidence, fix)
+        """A problem with a registered code about ``nodes``; severity and title default to
+        the registry's (:meth:`Finding.of`)."""
+        finding = Finding.of(code, title, evidence, fix, severity=severity)
+        return cls(finding.code, finding.severity, finding.title, finding.evidence, finding.fix,
+                   nodes)
 
     def finding(self) -> Finding:
-        """The same problem as a :class:`~clusterenv.findings.Finding` (nodes in the evidence)."""
+        """The problem as a plain :class:`~clusterenv.findings.Finding`, the nodes in its
+        evidence (as ``doctor`` prints findings)."""
         nodes = (f"nodes: {', '.join(map(str, self.nodes))}",) if self.nodes else ()
         return Finding(self.code, self.severity, self.title, (*self.evidence, *nodes), self.fix)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data: the fields above."""
-        return json_fields(self)
+        """JSON-ready data: the finding's fields and ``nodes``."""
+        return {**Finding.to_dict(self), "nodes": [n.to_dict() for n in self.nodes]}
 
 
 @dataclass(frozen=True, slots=True)
