@@ -171,7 +171,7 @@ def test_nccl_log_and_preflight_evidence_join_the_named_node(
         write_launch_record(tmp_path, LaunchRecord(node_rank, WORLD, 1, node_rank, host,
                                                    f"10.65.0.{2 + node_rank}", "10.65.0.2:29500",
                                                    "2026-05-01T12:00:00Z"))
-    problem = Problem.of("preflight-mtu-differs", "ens1 MTU 1500 on rank 2, 9000 elsewhere",
+    problem = Problem.about("preflight-mtu-differs", "ens1 MTU 1500 on rank 2, 9000 elsewhere",
                          (NodeRef(BEHIND, "10.65.0.4", NCCL_HOST),))
     verdict = Verdict(expected_nodes=3, primary="10.65.0.2:29501", nodes=(),
                       problems=(problem,), elapsed_s=0.1, reported=3)
