@@ -29,7 +29,12 @@ from clusterenv._values import format_host_port
 from clusterenv.hang.messages import MAX_OBJECTS, Collected, NodeReport, trimmed
 from clusterenv.preflight.fingerprint import TOKEN_VARIABLE
 from clusterenv.preflight.loop import Conn, ConnectionLoop, host_of
-from clusterenv.preflight.node import PreflightError, _connect, _refuse, _verdict_deadline
+from clusterenv.preflight.node import (
+    PreflightError,
+    connect_primary,
+    refuse_primary,
+    verdict_deadline,
+)
 from clusterenv.preflight.options import PreflightOptions
 from clusterenv.preflight.ring import read_frame
 from clusterenv.preflight.wire import (
@@ -214,7 +219,7 @@ def collect_on_node(report: NodeReport, *, primary_addr: str, port: int,
     where = format_host_port(primary_addr, port)
     deadline = time.monotonic() + options.timeout
     token, limits = options.token, options.limits
-    greeting = _connect(primary_addr, port, deadline=deadline, source_addr=source_addr,
+    greeting = connect_primary(primary_addr, port, deadline=deadline, source_addr=source_addr,
                         limits=limits, say=options.say)
     sock, hello, my_nonce = greeting.sock, greeting.hello, greeting.nonce
     try:
@@ -226,17 +231,18 @@ def collect_on_node(report: NodeReport, *, primary_addr: str, port: int,
         except ValueError as e:
             raise PreflightError(f"the primary at {where} sent a malformed greeting") from e
         if token is not None and not auth:
-            _refuse(sock, f"this node has {TOKEN_VARIABLE} set and the primary does not", limits)
+            refuse_primary(sock, f"this node has {TOKEN_VARIABLE} set and the primary does not",
+                           limits)
             raise PreflightError(f"the primary at {where} does not use {TOKEN_VARIABLE}, but "
                                  "this node has it set: set the same token on every node (or "
                                  "on none); nothing was sent")
         if token is not None and not verify_mac(greeting.frame, token=token, nonce=my_nonce):
-            _refuse(sock, f"its greeting is not authenticated with this node's {TOKEN_VARIABLE} "
-                    "(the tokens differ)", limits)
+            refuse_primary(sock, "its greeting is not authenticated with this node's "
+                           f"{TOKEN_VARIABLE} (the tokens differ)", limits)
             raise PreflightError(f"the greeting from {where} is not authenticated with this "
                                  f"node's {TOKEN_VARIABLE}: set the same token on every node; "
                                  "nothing was sent")
-        until, wait_text = _verdict_deadline(hello, own_deadline=deadline,
+        until, wait_text = verdict_deadline(hello, own_deadline=deadline,
                                              trusted=token is not None, limits=limits,
                                              timeout=options.timeout)
         body = {"report": report.fitted(limits.max_message_bytes - 256).to_wire()}

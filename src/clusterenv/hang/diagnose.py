@@ -25,7 +25,7 @@ from clusterenv.hang.unpickle import DEFAULT_DUMP_LIMITS, DumpLimits
 from clusterenv.preflight import PreflightOptions, default_port
 from clusterenv.preflight.fingerprint import TOKEN_VARIABLE
 from clusterenv.preflight.node import PreflightError
-from clusterenv.preflight.run import _local_primary_address as local_primary
+from clusterenv.preflight.run import local_primary_address as local_primary
 
 __all__ = ["CollectResult", "collect_hang", "default_paths", "diagnose_hang"]
 

@@ -85,7 +85,7 @@ class _Greeting:
     nonce: bytes  # this node's nonce, sent in OPEN: the primary MACs its messages over it
 
 
-def _connect(
+def connect_primary(
     host: str, port: int, *, deadline: float, source_addr: str | None, limits: Limits,
     say: Callable[[str], None],
 ) -> _Greeting:
@@ -222,7 +222,7 @@ def _attempt(
     source_addr: str | None,
 ) -> Verdict:
     token, limits = options.token, options.limits
-    greeting = _connect(primary_addr, port, deadline=connect_by, source_addr=source_addr,
+    greeting = connect_primary(primary_addr, port, deadline=connect_by, source_addr=source_addr,
                         limits=limits, say=options.say)
     sock, hello, my_nonce = greeting.sock, greeting.hello, greeting.nonce
     ring: RingListener | None = None
@@ -237,7 +237,7 @@ def _attempt(
         if token is not None and not auth:
             # Refuse before sending anything: this node's facts go only to a primary that
             # proves it holds the same token.
-            _refuse(sock, f"this node has {TOKEN_VARIABLE} set and the primary does not",
+            refuse_primary(sock, f"this node has {TOKEN_VARIABLE} set and the primary does not",
                     limits)
             raise PreflightError(
                 f"the primary at {where} does not use {TOKEN_VARIABLE}, but this node has it "
@@ -245,15 +245,15 @@ def _attempt(
                 "was not sent"
             )
         if token is not None and not verify_mac(greeting.frame, token=token, nonce=my_nonce):
-            _refuse(sock, f"its greeting is not authenticated with this node's {TOKEN_VARIABLE} "
-                    "(the tokens differ)", limits)
+            refuse_primary(sock, "its greeting is not authenticated with this node's "
+                           f"{TOKEN_VARIABLE} (the tokens differ)", limits)
             raise PreflightError(
                 f"the greeting from {where} is not authenticated with this node's "
                 f"{TOKEN_VARIABLE}: the primary's token differs (set the same token on every "
                 f"node), or another program answers on port {port}; this node's fingerprint "
                 "was not sent"
             )
-        until, wait_text = _verdict_deadline(hello, own_deadline=own_deadline,
+        until, wait_text = verdict_deadline(hello, own_deadline=own_deadline,
                                              trusted=token is not None, limits=limits,
                                              timeout=options.timeout)
         body: dict[str, Any] = {"fingerprint": fingerprint.to_wire()}
@@ -316,14 +316,14 @@ def _attempt(
             ring.close()
 
 
-def _refuse(sock: socket.socket, reason: str, limits: Limits) -> None:
+def refuse_primary(sock: socket.socket, reason: str, limits: Limits) -> None:
     """Tell the primary why this node goes (best effort): its verdict then names the reason."""
     with contextlib.suppress(OSError):
         sock.settimeout(limits.send_timeout)
         sock.sendall(encode_frame(Kind.REJECT, encode_json({"reason": reason})))
 
 
-def _verdict_deadline(
+def verdict_deadline(
     hello: dict[str, Any], *, own_deadline: float, trusted: bool, limits: Limits, timeout: float
 ) -> tuple[float, str]:
     """When to stop waiting for the verdict, and the words that say why at that moment.

@@ -83,7 +83,7 @@ def default_port(primary_port: int | None) -> int:
     return base + 1 if base < 65535 else base - 1
 
 
-def _local_primary_address(facts: Facts, primary: str) -> str | None:
+def local_primary_address(facts: Facts, primary: str) -> str | None:
     """The address of ``primary`` that this node holds (so it is the primary), else None."""
     try:
         candidates = [str(ipaddress.ip_address(primary.strip("[]")))]
@@ -183,7 +183,7 @@ def preflight(
         )
         return PreflightResult(verdict.exit_code, "single", own.rank, None, verdict, None,
                                verdict.elapsed_s)
-    listen = _local_primary_address(facts, own.primary_addr)
+    listen = local_primary_address(facts, own.primary_addr)
     if listen is not None:
         endpoint = format_host_port(listen, chosen_port)
         try:
