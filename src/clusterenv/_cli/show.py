@@ -176,6 +176,7 @@ def _bootstrap_text(report: NcclBootstrap) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print every part; exit 0, or 2 when the environment or host cannot be read."""
+    from clusterenv._cli._versions import version_rows, versions
     from clusterenv.diagnosis import diagnose_with_plan  # heavy imports on use
     from clusterenv.errors import ConfigError
 
@@ -186,8 +187,10 @@ def run(args: argparse.Namespace) -> int:
     if facts.config is None:
         check = facts.check
         raise ConfigError(check.problems if check else (), source=facts.source)
+    found = versions(facts, root)
     if args.json:
         parts: dict[str, Any] = {
+            "versions": found,
             "config": facts.config,
             "network": facts.network,
             "rdma": facts.rdma,
@@ -198,7 +201,9 @@ def run(args: argparse.Namespace) -> int:
         }
         emit_json(parts)
         return 0
+    heading, rows = version_rows(found)
     sections = [
+        (heading, _pairs(rows)),
         ("config", _pairs(_config_rows(facts.config))),
         ("network", table(_network_rows(facts),
                           ("interface", "state", "mtu", "speed", "addresses", "role"))),
