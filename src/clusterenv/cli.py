@@ -194,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = 2
     finally:
         sys.stdout, sys.stderr = saved
+        cleanup = getattr(args, "_cleanup", None)
+        if cleanup is not None:  # a snapshot archive unpacked for --root
+            cleanup()
         root = getattr(args, "_root", None)
         for note in getattr(root, "notes", ()):
             _say(verb, f"note: {note}")

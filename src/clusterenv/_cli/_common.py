@@ -38,8 +38,8 @@ def add_root(parser: argparse.ArgumentParser) -> None:
         "--root",
         metavar="DIR",
         default=None,
-        help="read a host snapshot (made by `clusterenv capture`) instead of this host; its "
-        "recorded environment is used when it has one",
+        help="read a host snapshot (the directory or the .tar.gz file `clusterenv capture` "
+        "wrote) instead of this host; its recorded environment is used when it has one",
     )
 
 
@@ -94,10 +94,15 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
 
 def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
     """The environment and root a verb reads: the snapshot's (with its recorded environment)
-    under ``--root``, else this process's environment and ``/``; ``--source NAME`` adds
-    ``CLUSTERENV_SOURCE=NAME`` to it."""
+    under ``--root`` (a directory, or an archive unpacked until the command ends), else this
+    process's environment and ``/``; ``--source NAME`` adds ``CLUSTERENV_SOURCE=NAME`` to it."""
     root_dir = getattr(args, "root", None)
-    root = Root(root_dir or "/")
+    if root_dir is not None and os.path.exists(root_dir) and not os.path.isdir(root_dir):
+        from clusterenv._cli._archive import open_archive
+
+        root, args._cleanup = open_archive(root_dir)  # the CLI calls it when the verb ends
+    else:
+        root = Root(root_dir or "/")
     args._root = root  # the CLI prints what reading it skipped (Root.notes)
     environ = dict(os.environ)
     if root_dir is not None:
