@@ -80,15 +80,16 @@ def add_nccl_version(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_plan_options(parser: argparse.ArgumentParser) -> None:
-    """``--override`` and ``--debug``, as ``apply_nccl_defaults`` takes them."""
+def add_plan_options(parser: argparse.ArgumentParser, *, debug_help: str | None = None) -> None:
+    """``--override`` and ``--debug``, as ``apply_nccl_defaults`` takes them; ``debug_help``
+    says what else ``--debug`` does in this verb."""
     parser.add_argument(
         "--override", action="store_true",
         help="replace NCCL/Gloo values you set that differ from the evidenced ones",
     )
     parser.add_argument(
         "--debug", action="store_true",
-        help="also set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET when unset",
+        help=debug_help or "also set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET when unset",
     )
 
 
