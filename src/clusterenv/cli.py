@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import errno
 import os
+import re  # argparse imports it anyway
 import signal
 import sys
 from collections.abc import Iterable, Sequence
@@ -106,16 +107,26 @@ def _chosen_verb(argv: Sequence[str]) -> str | None:
 
 class _SafeStream:
     """A text stream whose every write passes :func:`~clusterenv._scrub.scrub_text` (no
-    secret is ever printed) and :func:`~clusterenv._text.terminal_line`."""
+    secret is ever printed) and :func:`~clusterenv._text.terminal_line`.
 
-    def __init__(self, stream: TextIO) -> None:
+    ``spellings`` maps what the library says to what the user typed: a verb that turns an
+    option into a variable for the library (``--source runpod`` into
+    ``CLUSTERENV_SOURCE=runpod``) adds the pair, so that the user reads back their own words.
+    """
+
+    def __init__(self, stream: TextIO, spellings: dict[str, str]) -> None:
         self._stream = stream
+        self._spellings = spellings
 
     def write(self, text: str) -> int:
         from clusterenv._scrub import scrub_text  # noqa: PLC0415  # not for --version
         from clusterenv._text import terminal_line  # noqa: PLC0415
 
-        self._stream.write(terminal_line(scrub_text(text)))
+        shown = terminal_line(scrub_text(text))
+        for library, typed in self._spellings.items():
+            if library in shown:
+                shown = re.sub(re.escape(library) + r"(?![\w.-])", typed, shown)
+        self._stream.write(shown)
         return len(text)
 
     def __getattr__(self, name: str) -> Any:
@@ -123,10 +134,14 @@ class _SafeStream:
 
 
 def _say(verb: str, message: str) -> None:
-    """One line on stderr, when stderr is still open."""
+    """One line on stderr, when stderr is still open, as ``clusterenv VERB: message`` (a
+    message that already starts with ``clusterenv VERB`` does not get it twice)."""
     stream = sys.stderr
     if stream is None:
         return
+    named = f"clusterenv {verb}"
+    if message.startswith((f"{named} ", f"{named}:")):
+        message = message[len(named):].lstrip(" :")
     from clusterenv._scrub import scrub_text  # noqa: PLC0415  # not for --version
     from clusterenv._text import printable  # noqa: PLC0415
 
@@ -165,9 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if stream is not None and hasattr(stream, "reconfigure"):
             with contextlib.suppress(ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")  # a stray surrogate never crashes
-    sys.stdout = _SafeStream(saved[0])
+    spellings: dict[str, str] = {}
+    args._spellings = spellings  # filled by the verb (host_context: --source)
+    sys.stdout = _SafeStream(saved[0], spellings)
     if saved[1] is not None:
-        sys.stderr = _SafeStream(saved[1])
+        sys.stderr = _SafeStream(saved[1], spellings)
     try:
         code: int = args._run(args)
         _flush_stdout()

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clusterenv._jsonable import json_fields
 from clusterenv._root import as_root
+from clusterenv._text import count
 from clusterenv._values import format_host_port, is_loopback_host
 from clusterenv.errors import ConfigError, ConfigProblem
 from clusterenv.findings import Finding
@@ -317,8 +318,8 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
         if per_node < value:
             notes.append(Finding.of(
                 "worker-fewer-processes",
-                f"{launcher} started {per_node} processes on this node but {name}={value} "
-                "GPUs are available",
+                f"{launcher} started {count(per_node, 'process')} on this node but "
+                f"{name}={value} GPUs are available",
                 evidence,
                 f"start {value} processes per node to use every GPU, if intended",
             ))
@@ -328,10 +329,10 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
             notes.append(Finding.of(
                 "worker-more-processes",
                 (f"this process's local rank {process.local_rank} is beyond {name}={value} "
-                 f"GPUs ({launcher} started {per_node} processes on this node): it has no GPU "
-                 "of its own and fails with 'CUDA error: invalid device ordinal'")
+                 f"GPUs ({launcher} started {count(per_node, 'process')} on this node): it has no "
+                 "GPU of its own and fails with 'CUDA error: invalid device ordinal'")
                 if beyond and process is not None else
-                f"{launcher} started {per_node} processes on this node but {name}={value}: "
+                f"{launcher} started {count(per_node, 'process')} on this node but {name}={value}: "
                 "some processes will share a GPU or fail with 'CUDA error: invalid device "
                 "ordinal'",
                 evidence,
@@ -342,7 +343,7 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
         name, value = facts.num_nodes
         notes.append(Finding.of(
             "worker-node-count",
-            f"the process group spans {config.num_nodes} nodes but {name}={value}",
+            f"the process group spans {count(config.num_nodes, 'node')} but {name}={value}",
             (f"nodes in the process group: {config.num_nodes} ({launcher})",
              f"{name}={value}", outer),
             f"start {launcher} on all {value} nodes with the node count {value} "

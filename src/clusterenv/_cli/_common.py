@@ -113,6 +113,10 @@ def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
     forced = getattr(args, "source", None)
     if forced:
         environ["CLUSTERENV_SOURCE"] = forced
+        # What the library then says was forced by the variable, the user forced with --source.
+        spellings = getattr(args, "_spellings", None)
+        if isinstance(spellings, dict):
+            spellings[f"CLUSTERENV_SOURCE={forced}"] = f"--source {forced}"
     return environ, root
 
 

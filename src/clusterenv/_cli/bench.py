@@ -120,7 +120,7 @@ def _torchrun_command() -> list[str]:
     # The worker imports clusterenv and torch, so torchrun must be this very interpreter's.
     if importlib.util.find_spec("torch") is None:
         raise LaunchError(
-            f"clusterenv bench needs PyTorch in the interpreter that runs it ({sys.executable}): "
+            f"PyTorch is not installed in the interpreter that runs it ({sys.executable}): "
             "pip install torch (the CPU wheel is enough for --backend gloo)"
         )
     return [sys.executable, "-m", "torch.distributed.run"]

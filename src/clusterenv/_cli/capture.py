@@ -23,7 +23,7 @@ from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root, format_size_limit
 from clusterenv._scrub import is_cluster_name, is_secret_name
 from clusterenv._shell import command
-from clusterenv._text import printable
+from clusterenv._text import count, printable
 from clusterenv.capture import CaptureError, capture
 from clusterenv.network import NetworkInterfaces
 
@@ -107,9 +107,9 @@ def _report(args: argparse.Namespace, environ: dict[str, str], snapshot: Root,
         return 0
     print(f"wrote host snapshot to {printable(summary['path'])}")
     line = (
-        f"{len(network)} interfaces ({printable(', '.join(network.names)) or 'none'}), "
-        f"{len(rdma)} RDMA devices, {summary['gpus']} GPUs, "
-        f"{len(recorded)} environment variables recorded"
+        f"{count(len(network), 'interface')} ({printable(', '.join(network.names)) or 'none'}), "
+        f"{count(len(rdma), 'RDMA device')}, {count(summary['gpus'], 'GPU')}, "
+        f"{count(len(recorded), 'environment variable')} recorded"
     )
     if withheld:
         line += f" ({len(withheld)} left out as secrets: {printable(', '.join(withheld))})"

@@ -165,7 +165,7 @@ def _bootstrap_text(report: NcclBootstrap) -> str:
     def line(choice: BootstrapChoice) -> str:
         text = f"{choice.describe()}, by {choice.by}"
         if choice.note:
-            text += f" ({choice.note})"
+            text += f"; {choice.note}"
         if choice.disagrees:
             text += (f"; clusterenv predicted {choice.predicted_interface or 'no interface'}")
         return text
