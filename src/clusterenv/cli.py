@@ -5,10 +5,12 @@ line are in :data:`VERBS`. Only the chosen verb's module is imported, so ``--ver
 ``--help`` import no verb module, pydantic, netifaces or typing.
 
 Exit codes: 0 fine, 1 problems found, 2 the command could not do its job (bad usage, unreadable
-host, bad environment, a closed or full output stream). A reader that leaves a pipe early
-(``clusterenv doctor | head -1``) ends the command as ``SIGPIPE`` conventionally does (status
-141), never as a success. Whatever goes wrong, the command says so in one line on stderr (while
-stderr is open), never with a traceback, and every line it writes passes the terminal sanitiser
+host, bad environment, a closed or full output stream). A reader that leaves a pipe while
+output is still to be written (``clusterenv show --json | head -1`` on a large host, ``... |
+true``) ends the command as ``SIGPIPE`` conventionally does (status 141), never as a success;
+output that was already in the pipe's buffer when the reader left ends as it would have.
+Whatever goes wrong, the command says so in one line on stderr (while stderr is open), never
+with a traceback, and every line it writes passes the terminal sanitiser
 (:mod:`clusterenv._text`).
 """
 
