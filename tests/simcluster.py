@@ -601,6 +601,7 @@ class SimCluster:
         hosts: HostsStyle | Sequence[HostsStyle] = "debian",
         hostnames: Sequence[str] | None = None,
         primary_port: int = 29500,
+        cluster_first: bool = False,
     ) -> None:
         if not 1 <= nodes <= MAX_NODES:
             raise ValueError(f"nodes={nodes}: expected 1..{MAX_NODES}")
@@ -618,6 +619,7 @@ class SimCluster:
             raise ValueError(f"hostnames: expected {nodes} names, got {len(names)}")
         self.trainers = trainers
         self.primary_port = primary_port
+        self.cluster_first = cluster_first
         self.tag = f"{os.getpid()}-{_new_tag()}"
         self.switch = f"ce-{self.tag}-sw"
         self.base_env = base_env()
@@ -799,10 +801,11 @@ class SimCluster:
             ns, i = node.netns, node.rank
             _cmd([ip, "netns", "add", ns])
             _cmd([ip, "-n", ns, "link", "set", "lo", "up"])
-            _cmd([ip, "-n", sw, "link", "add", f"m{i}", "type", "veth", "peer", "name",
-                  MANAGEMENT_IFNAME, "netns", ns])
-            _cmd([ip, "-n", sw, "link", "add", f"c{i}", "type", "veth", "peer", "name",
-                  CLUSTER_IFNAME, "netns", ns])
+            links = [(f"m{i}", MANAGEMENT_IFNAME), (f"c{i}", CLUSTER_IFNAME)]
+            # Interface index order is getifaddrs order, which NCCL's default walks.
+            for outside, inside in (reversed(links) if self.cluster_first else links):
+                _cmd([ip, "-n", sw, "link", "add", outside, "type", "veth", "peer", "name",
+                      inside, "netns", ns])
             if node.mtu is not None:
                 _cmd([ip, "-n", sw, "link", "set", f"c{i}", "mtu", str(node.mtu)])
                 _cmd([ip, "-n", ns, "link", "set", CLUSTER_IFNAME, "mtu", str(node.mtu)])
@@ -863,6 +866,7 @@ class ClusterFactory(Protocol):
         hosts: HostsStyle | Sequence[HostsStyle] = "debian",
         hostnames: Sequence[str] | None = None,
         primary_port: int = 29500,
+        cluster_first: bool = False,
     ) -> SimCluster: ...
 
 
@@ -874,6 +878,7 @@ def make_cluster(
     hosts: HostsStyle | Sequence[HostsStyle] = "debian",
     hostnames: Sequence[str] | None = None,
     primary_port: int = 29500,
+    cluster_first: bool = False,
 ) -> SimCluster:
     """Build and start a simulated cluster (close it, or use it as a context manager).
 
@@ -884,10 +889,12 @@ def make_cluster(
         hosts: the :data:`HostsStyle` of every node, or one per node.
         hostnames: one per node; default ``node-0``, ``node-1``, ...
         primary_port: ``PRIMARY_PORT``/``MASTER_PORT``, e.g. ``29500``.
+        cluster_first: create ``ens1`` before ``eth0``, so that it comes first in
+            ``getifaddrs`` order (NCCL's default then bootstraps on it, as on some Runpod pods).
     """
     sweep_leftovers()
     return SimCluster(nodes, trainers=trainers, mtu=mtu, hosts=hosts, hostnames=hostnames,
-                      primary_port=primary_port).start()
+                      primary_port=primary_port, cluster_first=cluster_first).start()
 
 
 # -- teardown and the sweeper ----------------------------------------------------------------

@@ -169,3 +169,41 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_no_import_cycles_lazy_imports_included() -> None:
     cycles = import_cycles(import_graph())
     assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def declared_modules() -> tuple[list[str], list[str]]:
+    """The public and the internal modules docs/api.md lists under "Which modules are public"."""
+    page = (PACKAGE.parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    section = page.split("## Which modules are public", 1)[1].split("\n## ", 1)[0]
+    public_part, _, internal_part = section.partition("Internal implementation modules")
+
+    def listed(text: str) -> list[str]:
+        return [line.split("`")[1] for line in text.splitlines() if line.startswith("- `")]
+
+    return listed(public_part), listed(internal_part)
+
+
+def test_every_public_looking_module_is_declared() -> None:
+    """A module without a leading underscore is either public (its path and __all__ are kept
+    stable) or declared internal in docs/api.md: a new module is a decision, not an accident."""
+    public, internal = declared_modules()
+    looks_public = {m for m in modules()
+                    if not any(part.startswith("_") for part in m.split(".")[1:])}
+    undeclared = sorted(looks_public - set(public) - set(internal))
+    assert not undeclared, f"modules docs/api.md does not declare: {undeclared}"
+    stale = sorted((set(public) | set(internal)) - set(modules()))
+    assert not stale, f"docs/api.md declares modules that do not exist: {stale}"
+    assert not set(public) & set(internal)
+
+
+def test_package_inits_only_reexport() -> None:
+    """A package's __init__ defines no function or class of its own (a lazy ``__getattr__``
+    for PEP 562 excepted): logic lives in a module the package re-exports."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("__init__.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name not in (
+                    "__getattr__", "__dir__"):
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}: {node.name}")
+    assert not offenders, "\n".join(offenders)

@@ -11,11 +11,6 @@ from pathlib import Path
 import pytest
 
 from clusterenv.bench import (
-    CODE_BELOW_LINE_RATE,
-    CODE_MIXED_TRANSPORT,
-    CODE_ONE_RANK,
-    CODE_SLOW_LINK,
-    CODE_SLOW_NODE,
     LineRate,
     NodeInfo,
     Rail,
@@ -294,7 +289,7 @@ def test_conclude_names_the_slow_node_with_its_address_interface_and_numbers() -
     assert big.busbw_gbs == pytest.approx(big.algbw_gbs * 4 / 3)
     assert big.busbw_fraction == pytest.approx(big.busbw_gbs * 8 / 1.0)
     (finding,) = [f for f in result.findings if f.severity == "error"]
-    assert finding.code == CODE_SLOW_NODE
+    assert finding.code == "bench-slow-node"
     assert "node 2 (node-2, 10.65.0.4, ens1)" in finding.title
     assert "0.04 Gb/s" in finding.title and "16 Gb/s" in finding.title
     assert "line rate 1 Gb/s" in finding.title
@@ -313,9 +308,9 @@ def test_conclude_says_which_transport_the_slow_node_used() -> None:
                       sizes=[(1 << 30, 0.05, 20)], transfers=measured(4, slow, default=45.0),
                       min_fraction=0.5)
     assert result.slow_nodes == (3,)
-    slow_node = next(f for f in result.findings if f.code == CODE_SLOW_NODE)
+    slow_node = next(f for f in result.findings if f.code == "bench-slow-node")
     assert "it ran over Socket while the others used IB" in slow_node.title
-    mixed = next(f for f in result.findings if f.code == CODE_MIXED_TRANSPORT)
+    mixed = next(f for f in result.findings if f.code == "bench-transport-mixed")
     assert mixed.severity == "warning" and "Socket: node 3" in mixed.title
 
 
@@ -325,7 +320,7 @@ def test_a_bad_path_between_two_healthy_nodes_is_a_slow_link() -> None:
                       transfers=measured(4, {(1, 2): 0.2}), min_fraction=0.5)
     assert result.slow_nodes == ()
     (finding,) = result.findings
-    assert finding.code == CODE_SLOW_LINK and "node 1" in finding.title \
+    assert finding.code == "bench-slow-link" and "node 1" in finding.title \
         and "node 2" in finding.title
     assert finding.severity == "warning" and result.exit_code == 0
 
@@ -350,7 +345,7 @@ def test_one_rank_reports_no_bandwidth_and_says_why(backend: str, device: str,
                       sizes=[(1 << 20, seconds, 20), (1 << 30, seconds, 20)], transfers=[],
                       min_fraction=0.5)
     assert result.sizes == ()  # no algbw of 60,000 GB/s, no busbw of 0
-    assert [f.code for f in result.findings] == [CODE_ONE_RANK]  # not "0% of the line rate"
+    assert [f.code for f in result.findings] == ["bench-one-rank"]  # not "0% of the line rate"
     (finding,) = result.findings
     assert finding.severity == "info" and result.exit_code == 0
     assert "moves no data" in finding.title and "--nproc-per-node" in finding.fix
@@ -371,7 +366,7 @@ def test_one_node_is_never_compared_with_its_nics_line_rate(ranks: int) -> None:
                       sizes=[(1 << 30, seconds, 20)], transfers=[], min_fraction=0.5)
     (size,) = result.sizes
     assert size.busbw_gbs == pytest.approx(busbw) and size.busbw_fraction is None
-    assert not [f for f in result.findings if f.code == CODE_BELOW_LINE_RATE]
+    assert not [f for f in result.findings if f.code == "bench-below-line-rate"]
     assert result.line_rate_gbps == 400.0  # still shown: it is the node's fact
     (row,) = [line.split() for line in render_report(result).splitlines()
               if line.startswith("1G ")]
@@ -388,7 +383,7 @@ def test_across_nodes_the_line_rate_still_judges_the_all_reduce() -> None:
                       sizes=[(1 << 30, seconds, 20)], transfers=measured(2, {}),
                       min_fraction=0.5)
     assert result.sizes[0].busbw_fraction == pytest.approx(0.2)
-    (finding,) = [f for f in result.findings if f.code == CODE_BELOW_LINE_RATE]
+    (finding,) = [f for f in result.findings if f.code == "bench-below-line-rate"]
     assert "20% of the line rate" in finding.title
 
 

@@ -22,7 +22,7 @@ from clusterenv._root import Root
 from clusterenv.diagnosis import CHECK_CODES
 from clusterenv.diagnosis.rdma import _has_libibverbs
 from clusterenv.filters import ALL_CODES
-from clusterenv.findings import CODES, codes_of, has_errors
+from clusterenv.findings import CODES, code_info, codes_of, has_errors
 from clusterenv.testing import HostBuilder, gid, port
 from tests.nccl_hosts import B0_ENV, b0, roce_gids, roce_node
 
@@ -152,10 +152,14 @@ def test_fm07_hca_prefix_collision(tmp_path: Path) -> None:
 
 def test_fm08_hca_matches_nothing(tmp_path: Path) -> None:
     ib_node(tmp_path, 8)
-    finding = only(run(tmp_path, NCCL_IB_HCA="mlx5_9"), "filter-matches-nothing")
-    assert finding.severity == "warning"  # TCP speed, not a failure
+    finding = only(run(tmp_path, NCCL_IB_HCA="mlx5_9", NCCL_SOCKET_IFNAME="ens1"),
+                   "filter-matches-nothing")
+    assert finding.severity == "warning"  # TCP over ens1: speed, not a failure
     assert "matches no HCA (have mlx5_0..mlx5_7); NCCL will silently fall back to TCP" in (
         finding.title)
+    # With NCCL_SOCKET_IFNAME unset the fallback sockets include eth0: the job hangs.
+    hang = only(run(tmp_path, NCCL_IB_HCA="mlx5_9"), "filter-matches-nothing")
+    assert hang.severity == "error" and "eth0" in hang.title
 
 
 def test_fm09_unusable_hca_in_the_list(tmp_path: Path) -> None:
@@ -538,7 +542,7 @@ def test_troubleshooting_has_one_entry_per_code() -> None:
 def test_troubleshooting_states_the_default_severity(code: str) -> None:
     # Each entry starts with "`code` · severity": the registry's default comes first.
     body = troubleshooting_entries()[code]
-    assert f"`{code}` · {CODES[code].severity}" in body, body[:200]
+    assert f"`{code}` · {code_info(code).severity}" in body, body[:200]
 
 
 def test_the_old_code_tuples_are_views_of_the_registry() -> None:

@@ -255,7 +255,7 @@ def test_doctor_says_what_it_assumed(tmp_path: Path) -> None:
     from clusterenv.diagnosis.assumed import assumptions
 
     b0(tmp_path)
-    _, _, facts = diagnose_with_plan(environ=B0_ENV, root=tmp_path)
+    facts = diagnose_with_plan(environ=B0_ENV, root=tmp_path).facts
     assumed = assumptions(facts)
     assert assumed.source.startswith("runpod (")
     assert assumed.layout == "2 nodes x 8 processes per node (16 in the job)"
@@ -263,7 +263,7 @@ def test_doctor_says_what_it_assumed(tmp_path: Path) -> None:
     assert assumed.cluster_interface == "ens1 (10.65.0.2): ens1 holds NODE_ADDR 10.65.0.2"
     assert assumed.rdma == "none found" and assumed.gpus == "8 visible"
 
-    _, _, local = diagnose_with_plan(environ={}, root=tmp_path)
+    local = diagnose_with_plan(environ={}, root=tmp_path).facts
     assert assumptions(local).source.endswith("the local default, this machine alone")
     assert assumptions(local).cluster_interface == "not needed on one node"
 
@@ -282,3 +282,25 @@ def test_a_named_rendezvous_host_still_finds_the_cluster_interface(tmp_path: Pat
     unknown = plan_nccl_env({**generic, "MASTER_ADDR": "node-9"}, root=tmp_path)
     assert "NCCL_SOCKET_IFNAME" not in unknown.env
     assert "cluster-interface-unknown" in {f.code for f in unknown.findings}
+
+
+def test_a_diagnosis_returns_its_result_and_leaves_the_facts_alone(tmp_path: Path) -> None:
+    """Facts hold facts: the NCCL answer comes back in the diagnosis, and a new set of facts
+    with one part replaced is a new object."""
+    from clusterenv._facts import Facts
+    from clusterenv._root import Root
+    from clusterenv.diagnosis import diagnose_facts
+    from clusterenv.nccl.version import NcclVersion
+
+    b0(tmp_path)
+    facts = Facts(environ=B0_ENV, root=Root(tmp_path))
+    diagnosis = diagnose_facts(facts)
+    assert not hasattr(facts, "bootstrap")
+    assert diagnosis.bootstrap is not None and diagnosis.bootstrap.current.by == "prediction"
+    assert diagnosis.facts is facts  # a snapshot is never asked, so nothing was replaced
+    reported = (NcclVersion((2, 19, 3), "libnccl.so.2 (ncclGetVersion)"),)
+    derived = facts.derive(nccl_reported=reported)
+    assert derived.nccl_versions[0] == reported[0] and facts.nccl_versions[:1] != reported
+    assert derived.network is facts.network  # detected once, carried over
+    planned = facts.derive(environ={**B0_ENV, "NCCL_SOCKET_IFNAME": "ens1"})
+    assert planned.config == facts.config and facts.environ is B0_ENV

@@ -17,27 +17,7 @@ from hypothesis import strategies as st
 
 from clusterenv.filters import (
     ALL_CODES,
-    FILTER_BAD_PORT,
-    FILTER_EMPTY_LIST,
-    FILTER_IGNORED_SHORT,
-    FILTER_IP_ADDRESS,
-    FILTER_LEAVES_AVOIDED,
-    FILTER_MATCHES_NOTHING,
-    FILTER_MODIFIER_ORDER,
-    FILTER_MODIFIER_REPEATED,
-    FILTER_PORT_ON_SOCKET,
-    FILTER_PREFIX_COLLISION,
-    FILTER_PREFIX_MULTIPLE,
-    FILTER_SELECTS_AVOIDED,
-    FILTER_TOKEN_UNMATCHED,
-    FILTER_TOO_MANY_TOKENS,
-    FILTER_WHITESPACE,
     IB_HCA,
-    IFNAME_IGNORED_SHORT,
-    IFNAME_IP_ADDRESS,
-    IFNAME_MULTIPLE,
-    IFNAME_NCCL_SYNTAX,
-    IFNAME_NO_SUCH_INTERFACE,
     SOCKET_IFNAME,
     FilterToken,
     NcclFilter,
@@ -347,18 +327,18 @@ def test_nccl_default_interfaces(
 
 def test_fm02_management_interface_named() -> None:
     found = lint_filter("eth0", names=B0, avoid=RUNPOD_AVOID, suggest="ens1")
-    finding = one(found, FILTER_SELECTS_AVOIDED)
+    finding = one(found, "filter-selects-avoided")
     assert finding.severity == "error"
     assert "NCCL_SOCKET_IFNAME='eth0' selects eth0 (management)" in finding.title
     assert finding.fix == "export NCCL_SOCKET_IFNAME=ens1"
     gloo = lint_exact_names("eth0", names=B0, avoid=RUNPOD_AVOID)
-    assert codes(gloo) == [FILTER_SELECTS_AVOIDED]
+    assert codes(gloo) == ["filter-selects-avoided"]
     assert "GLOO_SOCKET_IFNAME='eth0'" in gloo[0].title
 
 
 def test_fm03_ip_address_instead_of_name() -> None:
     found = lint_filter("10.65.0.2", names=B0, owner=B0_OWNER)
-    finding = one(found, FILTER_IP_ADDRESS)
+    finding = one(found, "filter-ip-address")
     assert finding.severity == "error"
     assert (
         "value looks like an IP address; NCCL_SOCKET_IFNAME takes interface names "
@@ -366,24 +346,25 @@ def test_fm03_ip_address_instead_of_name() -> None:
     )
     assert finding.fix == "export NCCL_SOCKET_IFNAME=ens1"
     assert "10.65.0.2 is held by ens1" in finding.evidence
-    assert "matches no interface (have: lo, eth0, ens1)" in one(found, FILTER_MATCHES_NOTHING).title
+    nothing = one(found, "filter-matches-nothing")
+    assert "matches no interface (have: lo, eth0, ens1)" in nothing.title
 
 
 @pytest.mark.parametrize("value", ["fe80::1", "fe80::1%ens1", "[2001:db8::5]", "10.65.0.2:29500"])
 def test_fm03_other_address_spellings(value: str) -> None:
     found = lint_filter(value, names=B0, owner={"fe80::1": "ens1", "2001:db8::5": "ens1"})
-    assert FILTER_IP_ADDRESS in codes(found)
+    assert "filter-ip-address" in codes(found)
 
 
 def test_fm03_ip_without_owner_names_no_interface() -> None:
-    finding = one(lint_filter("192.0.2.7", names=B0), FILTER_IP_ADDRESS)
+    finding = one(lint_filter("192.0.2.7", names=B0), "filter-ip-address")
     assert "did you mean" not in finding.title
     assert "192.0.2.7" in finding.fix
 
 
 def test_fm03_typo_matches_nothing() -> None:
     found = lint_filter("ens9", names=B0)
-    assert codes(found) == [FILTER_MATCHES_NOTHING]
+    assert codes(found) == ["filter-matches-nothing"]
     finding = found[0]
     assert finding.severity == "error"
     assert finding.title == "NCCL_SOCKET_IFNAME='ens9' matches no interface (have: lo, eth0, ens1)"
@@ -393,51 +374,51 @@ def test_fm03_typo_matches_nothing() -> None:
 
 def test_fm04_prefix_also_matches_longer_name() -> None:
     found = lint_filter("ens1", names=[*B0, "ens10"], suggest="=ens1")
-    finding = one(found, FILTER_PREFIX_COLLISION)
+    finding = one(found, "filter-prefix-collision")
     assert finding.severity == "warning"
     assert "prefix 'ens1' also matches ens10; use '=ens1'" in finding.title
     assert finding.fix == "export NCCL_SOCKET_IFNAME==ens1"
     assert lint_filter("=ens1", names=[*B0, "ens10"]) == []
-    both = one(lint_filter("ens1,ens2", names=[*B0, "ens2", "ens10"]), FILTER_PREFIX_COLLISION)
+    both = one(lint_filter("ens1,ens2", names=[*B0, "ens2", "ens10"]), "filter-prefix-collision")
     assert both.fix == "write NCCL_SOCKET_IFNAME==ens1,ens2"
     assert lint_filter("ens1", names=B0) == []
 
 
 def test_fm04_bond_vlan() -> None:
     found = lint_filter("bond0", names=["lo", "bond0", "bond0.2093.1"])
-    assert "also matches bond0.2093.1" in one(found, FILTER_PREFIX_COLLISION).title
+    assert "also matches bond0.2093.1" in one(found, "filter-prefix-collision").title
 
 
 def test_fm04_prefix_matches_many_interfaces() -> None:
-    finding = one(lint_filter("ens", names=RUNPOD_8), FILTER_PREFIX_MULTIPLE)
+    finding = one(lint_filter("ens", names=RUNPOD_8), "filter-prefix-multiple")
     assert "matches 8 interfaces (ens1..ens8)" in finding.title
     assert "bootstrap would use ens1" in finding.evidence
 
 
 def test_fm05_exclusion_leaves_management_eligible() -> None:
     found = lint_filter("^lo,docker,veth", names=B0, avoid=RUNPOD_AVOID)
-    finding = one(found, FILTER_LEAVES_AVOIDED)
+    finding = one(found, "filter-leaves-avoided")
     # eth0 comes first: NCCL bootstraps on it, a certain hang (an error).
     assert finding.severity == "error"
     assert "exclusion list leaves eth0 (management) eligible" in finding.title
     assert "selected: eth0, ens1" in finding.evidence
     # Behind the cluster interface it is only eligible for the socket transport: a warning.
     later = one(lint_filter("^lo,docker,veth", names=["lo", "ens1", "eth0"],
-                            avoid=RUNPOD_AVOID), FILTER_LEAVES_AVOIDED)
+                            avoid=RUNPOD_AVOID), "filter-leaves-avoided")
     assert later.severity == "warning"
 
 
 def test_fm05_excluding_docker_reenables_loopback() -> None:
     found = lint_filter("^docker0", names=["lo", "eth0", "docker0", "ens1"], avoid=RUNPOD_AVOID)
     assert "leaves lo (loopback), eth0 (management) eligible" in one(
-        found, FILTER_LEAVES_AVOIDED
+        found, "filter-leaves-avoided"
     ).title
     assert lint_filter("^=lo,eth0", names=B0, avoid=RUNPOD_AVOID) == []
 
 
 def test_fm06_modifiers_repeated_per_token() -> None:
     found = lint_filter("^=mlx5_8,^=mlx5_14", variable=IB_HCA, names=hcas(16))
-    assert codes(found) == [FILTER_MODIFIER_REPEATED]
+    assert codes(found) == ["filter-modifier-repeated"]
     finding = found[0]
     assert finding.severity == "error"
     assert "NCCL_IB_HCA='^=mlx5_8,^=mlx5_14'" in finding.title
@@ -447,22 +428,22 @@ def test_fm06_modifiers_repeated_per_token() -> None:
 
 
 def test_fm06_repeated_exclusion_without_leading_modifier() -> None:
-    finding = one(lint_filter("eth0,^docker0", names=B0), FILTER_MODIFIER_REPEATED)
+    finding = one(lint_filter("eth0,^docker0", names=B0), "filter-modifier-repeated")
     assert finding.fix == "write NCCL_SOCKET_IFNAME='^eth0,docker0'"
 
 
 def test_fm06_equals_before_caret() -> None:
     found = lint_filter("=^docker0", names=["lo", "eth0", "docker0"])
-    finding = one(found, FILTER_MODIFIER_ORDER)
+    finding = one(found, "filter-modifier-order")
     assert finding.severity == "error"
     assert "'=' before '^'" in finding.title
     assert finding.fix == "write NCCL_SOCKET_IFNAME='^=docker0'"
-    assert FILTER_MATCHES_NOTHING in codes(found)
+    assert "filter-matches-nothing" in codes(found)
 
 
 def test_fm06_port_suffix_on_socket() -> None:
     found = lint_filter("ens1:1", names=B0)
-    assert codes(found) == [FILTER_PORT_ON_SOCKET]
+    assert codes(found) == ["filter-port-on-socket"]
     assert found[0].severity == "warning"
     assert "port suffix is meaningless for sockets" in found[0].title
     assert found[0].fix == "write NCCL_SOCKET_IFNAME=ens1"
@@ -471,10 +452,11 @@ def test_fm06_port_suffix_on_socket() -> None:
 
 def test_fm07_hca_prefix_collision() -> None:
     found = lint_filter("mlx5_1", variable=IB_HCA, names=hcas(12), ports=PORTS_0_11)
-    finding = one(found, FILTER_PREFIX_COLLISION)
+    finding = one(found, "filter-prefix-collision")
     assert "mlx5_1' also matches mlx5_10, mlx5_11; use '=mlx5_1'" in finding.title
     # exclusions collide too: '^mlx5_1' drops mlx5_10 and mlx5_11 as well
-    excluded = one(lint_filter("^mlx5_1", variable=IB_HCA, names=hcas(12)), FILTER_PREFIX_COLLISION)
+    excluded = one(lint_filter("^mlx5_1", variable=IB_HCA, names=hcas(12)),
+                   "filter-prefix-collision")
     assert "also excludes mlx5_10, mlx5_11; use '^=mlx5_1'" in excluded.title
     # a broad prefix over all HCAs is normal for NCCL_IB_HCA
     assert lint_filter("mlx5", variable=IB_HCA, names=hcas(12)) == []
@@ -482,7 +464,7 @@ def test_fm07_hca_prefix_collision() -> None:
 
 def test_fm08_hca_matches_nothing() -> None:
     found = lint_filter("mlx5_9", variable=IB_HCA, names=hcas(8))
-    assert codes(found) == [FILTER_MATCHES_NOTHING]
+    assert codes(found) == ["filter-matches-nothing"]
     assert found[0].severity == "warning"  # NCCL falls back to sockets: slower, not failed
     assert found[0].title == (
         "NCCL_IB_HCA='mlx5_9' matches no HCA (have mlx5_0..mlx5_7); NCCL will silently fall "
@@ -492,13 +474,13 @@ def test_fm08_hca_matches_nothing() -> None:
     with_ports = lint_filter("mlx5_9", variable=IB_HCA, names=hcas(8), ports=PORTS_0_11[:8])
     assert "usable ports: mlx5_0:1..mlx5_7:1" in with_ports[0].evidence
     assert codes(lint_filter("mlxl5_7", variable=IB_HCA, names=hcas(8))) == [
-        FILTER_MATCHES_NOTHING
+        "filter-matches-nothing"
     ]
 
 
 def test_fm08_renamed_devices() -> None:
     found = lint_filter("mlx5", variable=IB_HCA, names=["ibp12s0", "ibp75s0"])
-    assert "matches no HCA (have ibp12s0, ibp75s0)" in one(found, FILTER_MATCHES_NOTHING).title
+    assert "matches no HCA (have ibp12s0, ibp75s0)" in one(found, "filter-matches-nothing").title
 
 
 def test_fm09_unusable_hcas_in_list() -> None:
@@ -506,10 +488,10 @@ def test_fm09_unusable_hcas_in_list() -> None:
     usable = [(d, 1) for d in [*hcas(8), "mlx5_9"]]  # mlx5_8 is DOWN
     avoid = {"mlx5_9": "netdev eth0 is management"}
     found = lint_filter("mlx5", variable=IB_HCA, names=names, ports=usable, avoid=avoid)
-    finding = one(found, FILTER_SELECTS_AVOIDED)
+    finding = one(found, "filter-selects-avoided")
     assert "selects mlx5_9 (netdev eth0 is management)" in finding.title
     down = lint_filter("=mlx5_0:1,mlx5_8:1", variable=IB_HCA, names=names, ports=usable)
-    assert codes(down) == [FILTER_TOKEN_UNMATCHED]
+    assert codes(down) == ["filter-token-unmatched"]
     assert "token 'mlx5_8:1' matches no HCA" in down[0].title
 
 
@@ -517,30 +499,30 @@ def test_fm10_gloo_names() -> None:
     assert lint_exact_names(None, names=B0) == []
     assert lint_exact_names("ens1", names=B0) == []
     # a one-character value sends Gloo back to hostname resolution (and loopback)
-    finding = one(lint_exact_names("e", names=B0), IFNAME_IGNORED_SHORT)
+    finding = one(lint_exact_names("e", names=B0), "ifname-ignored-short")
     assert finding.severity == "warning"
     assert "GLOO_SOCKET_IFNAME='e' is ignored" in finding.title
 
 
 def test_fm11_gloo_nccl_syntax() -> None:
     found = lint_exact_names("^lo,docker", names=B0, suggest="ens1")
-    assert codes(found) == [IFNAME_NCCL_SYNTAX]
+    assert codes(found) == ["ifname-nccl-syntax"]
     assert found[0].severity == "error"
     assert "Gloo does not support NCCL filter syntax" in found[0].title
     assert "Gloo reports: Unable to find address for: ^lo" in found[0].evidence
     assert found[0].fix == "export GLOO_SOCKET_IFNAME=ens1"
-    assert codes(lint_exact_names("=ens1", names=B0)) == [IFNAME_NCCL_SYNTAX]
+    assert codes(lint_exact_names("=ens1", names=B0)) == ["ifname-nccl-syntax"]
 
 
 def test_fm11_gloo_prefix() -> None:
     found = lint_exact_names("ens", names=B0)
-    assert codes(found) == [IFNAME_NO_SUCH_INTERFACE]
+    assert codes(found) == ["ifname-no-such-interface"]
     assert "no interface named 'ens' (Gloo needs exact names)" in found[0].title
     assert "'ens' is a prefix of ens1; Gloo does not match prefixes" in found[0].evidence
 
 
 def test_fm11_gloo_ip_address() -> None:
-    finding = one(lint_exact_names("10.65.0.2", names=B0, owner=B0_OWNER), IFNAME_IP_ADDRESS)
+    finding = one(lint_exact_names("10.65.0.2", names=B0, owner=B0_OWNER), "ifname-ip-address")
     assert "(did you mean ens1?)" in finding.title
     assert finding.fix == "export GLOO_SOCKET_IFNAME=ens1"
 
@@ -550,7 +532,7 @@ def test_gloo_lists_and_empty_names() -> None:
     assert lint_exact_names("ens1,ens2", names=names) == []
     assert lint_exact_names("ens1,", names=names) == []  # getline drops a trailing empty piece
     found = lint_exact_names(",ens1", names=names)
-    assert "an empty interface name" in one(found, IFNAME_NO_SUCH_INTERFACE).title
+    assert "an empty interface name" in one(found, "ifname-no-such-interface").title
     assert lint_exact_names("anything", names=[]) == []
 
 
@@ -558,13 +540,13 @@ def test_tensorpipe_takes_one_name() -> None:
     tp = "TP_SOCKET_IFNAME"
     assert lint_exact_names("ens1", variable=tp, names=B0, single=True) == []
     found = lint_exact_names("ens1,ens2", variable=tp, names=[*B0, "ens2"], single=True)
-    assert codes(found) == [IFNAME_MULTIPLE]
+    assert codes(found) == ["ifname-multiple"]
     assert "TP_SOCKET_IFNAME takes exactly one interface name" in found[0].title
     syntax = lint_exact_names("^lo", variable=tp, names=B0, single=True)
     assert "TensorPipe does not support NCCL filter syntax" in syntax[0].title
     # TensorPipe has no length rule: an empty value is an empty interface name
     assert codes(lint_exact_names("", variable=tp, names=B0, single=True)) == [
-        IFNAME_NO_SUCH_INTERFACE
+        "ifname-no-such-interface"
     ]
 
 
@@ -572,50 +554,50 @@ def test_tensorpipe_takes_one_name() -> None:
 
 
 def test_one_character_socket_value_is_ignored() -> None:
-    finding = one(lint_filter("e", names=B0), FILTER_IGNORED_SHORT)
+    finding = one(lint_filter("e", names=B0), "filter-ignored-short")
     assert "NCCL_SOCKET_IFNAME='e' is ignored" in finding.title
     assert "NCCL's default choice here: eth0, ens1" in finding.evidence
     # for HCAs a single '^' excludes every device
     hca = lint_filter("^", variable=IB_HCA, names=hcas(2))
-    assert codes(hca) == [FILTER_EMPTY_LIST]
+    assert codes(hca) == ["filter-empty-list"]
     assert hca[0].severity == "error"
     assert "it selects no HCA" in hca[0].title
 
 
 def test_empty_lists() -> None:
-    excluded = one(lint_filter("^,", names=B0), FILTER_EMPTY_LIST)
+    excluded = one(lint_filter("^,", names=B0), "filter-empty-list")
     assert excluded.severity == "error"
     assert "lists no names: it selects no interface" in excluded.title
-    included = one(lint_filter(",,", names=B0), FILTER_EMPTY_LIST)
+    included = one(lint_filter(",,", names=B0), "filter-empty-list")
     assert included.severity == "warning"
     assert "it selects every interface, loopback included" in included.title
-    hca = one(lint_filter("=,", variable=IB_HCA, names=hcas(2)), FILTER_EMPTY_LIST)
+    hca = one(lint_filter("=,", variable=IB_HCA, names=hcas(2)), "filter-empty-list")
     assert hca.title == "NCCL_IB_HCA='=,' lists no names: it selects every HCA"
 
 
 def test_bad_port_field() -> None:
     found = lint_filter("=mlx5_0:a,mlx5_1", variable=IB_HCA, names=hcas(2))
-    finding = one(found, FILTER_BAD_PORT)
+    finding = one(found, "filter-bad-port")
     assert "port field 'a' of 'mlx5_0:a' is not a port number" in finding.title
 
 
 def test_too_many_tokens() -> None:
     value = ",".join(f"ens{i}" for i in range(1, 19))
-    finding = one(lint_filter(value, names=B0), FILTER_TOO_MANY_TOKENS)
+    finding = one(lint_filter(value, names=B0), "filter-too-many-tokens")
     assert "18 tokens, but NCCL reads only the first 16" in finding.title
     assert "ignored: ens17, ens18" in finding.evidence
 
 
 def test_whitespace_in_token() -> None:
     found = lint_filter("=ens1, ens2", names=[*B0, "ens2"])
-    assert codes(found) == [FILTER_WHITESPACE]
+    assert codes(found) == ["filter-whitespace"]
     assert "token ' ens2' contains whitespace" in found[0].title
     assert found[0].fix == "write NCCL_SOCKET_IFNAME==ens1,ens2"
 
 
 def test_token_unmatched_in_include_list_only() -> None:
     found = lint_filter("=ens1,ens9", names=B0)
-    assert codes(found) == [FILTER_TOKEN_UNMATCHED]
+    assert codes(found) == ["filter-token-unmatched"]
     assert "token 'ens9' matches no interface here" in found[0].title
     # exclusions of absent names are normal in cluster-wide settings
     assert lint_filter("^=docker0,lo", names=B0) == []
@@ -629,34 +611,34 @@ def test_unset_and_empty_values_are_fine() -> None:
 
 def test_no_host_facts_skips_matching_checks() -> None:
     assert lint_filter("ens9", names=[]) == []
-    assert codes(lint_filter("^=a,^=b", names=[])) == [FILTER_MODIFIER_REPEATED]
+    assert codes(lint_filter("^=a,^=b", names=[])) == ["filter-modifier-repeated"]
 
 
 LintCall = Callable[[], list[Finding]]
 
 # One call per code: together they must cover ALL_CODES (so a new code needs a test here).
 EVERY_CODE: dict[str, LintCall] = {
-    FILTER_IGNORED_SHORT: lambda: lint_filter("e", names=B0),
-    FILTER_EMPTY_LIST: lambda: lint_filter("^,", names=B0),
-    FILTER_MODIFIER_REPEATED: lambda: lint_filter("^=a,^=b", names=B0),
-    FILTER_MODIFIER_ORDER: lambda: lint_filter("=^docker0", names=B0),
-    FILTER_IP_ADDRESS: lambda: lint_filter("10.65.0.2", names=B0),
-    FILTER_PORT_ON_SOCKET: lambda: lint_filter("ens1:1", names=B0),
-    FILTER_BAD_PORT: lambda: lint_filter("mlx5_0:x", variable=IB_HCA, names=hcas(1)),
-    FILTER_TOO_MANY_TOKENS: lambda: lint_filter(",".join("abcdefghijklmnopq"), names=B0),
-    FILTER_WHITESPACE: lambda: lint_filter("ens1 ", names=B0),
-    FILTER_MATCHES_NOTHING: lambda: lint_filter("ens9", names=B0),
-    FILTER_TOKEN_UNMATCHED: lambda: lint_filter("ens1,ens9", names=B0),
-    FILTER_PREFIX_COLLISION: lambda: lint_filter("ens1", names=[*B0, "ens10"]),
-    FILTER_PREFIX_MULTIPLE: lambda: lint_filter("ens", names=RUNPOD_8),
-    FILTER_LEAVES_AVOIDED: lambda: lint_filter("^lo", names=B0, avoid=RUNPOD_AVOID),
-    FILTER_SELECTS_AVOIDED: lambda: lint_filter("eth", names=B0, avoid=RUNPOD_AVOID),
-    IFNAME_NCCL_SYNTAX: lambda: lint_exact_names("^lo", names=B0),
-    IFNAME_IP_ADDRESS: lambda: lint_exact_names("10.65.0.2", names=B0),
-    IFNAME_NO_SUCH_INTERFACE: lambda: lint_exact_names("ens", names=B0),
-    IFNAME_MULTIPLE: lambda: lint_exact_names("a,b", variable="TP_SOCKET_IFNAME", names=B0,
+    "filter-ignored-short": lambda: lint_filter("e", names=B0),
+    "filter-empty-list": lambda: lint_filter("^,", names=B0),
+    "filter-modifier-repeated": lambda: lint_filter("^=a,^=b", names=B0),
+    "filter-modifier-order": lambda: lint_filter("=^docker0", names=B0),
+    "filter-ip-address": lambda: lint_filter("10.65.0.2", names=B0),
+    "filter-port-on-socket": lambda: lint_filter("ens1:1", names=B0),
+    "filter-bad-port": lambda: lint_filter("mlx5_0:x", variable=IB_HCA, names=hcas(1)),
+    "filter-too-many-tokens": lambda: lint_filter(",".join("abcdefghijklmnopq"), names=B0),
+    "filter-whitespace": lambda: lint_filter("ens1 ", names=B0),
+    "filter-matches-nothing": lambda: lint_filter("ens9", names=B0),
+    "filter-token-unmatched": lambda: lint_filter("ens1,ens9", names=B0),
+    "filter-prefix-collision": lambda: lint_filter("ens1", names=[*B0, "ens10"]),
+    "filter-prefix-multiple": lambda: lint_filter("ens", names=RUNPOD_8),
+    "filter-leaves-avoided": lambda: lint_filter("^lo", names=B0, avoid=RUNPOD_AVOID),
+    "filter-selects-avoided": lambda: lint_filter("eth", names=B0, avoid=RUNPOD_AVOID),
+    "ifname-nccl-syntax": lambda: lint_exact_names("^lo", names=B0),
+    "ifname-ip-address": lambda: lint_exact_names("10.65.0.2", names=B0),
+    "ifname-no-such-interface": lambda: lint_exact_names("ens", names=B0),
+    "ifname-multiple": lambda: lint_exact_names("a,b", variable="TP_SOCKET_IFNAME", names=B0,
                                               single=True),
-    IFNAME_IGNORED_SHORT: lambda: lint_exact_names("e", names=B0),
+    "ifname-ignored-short": lambda: lint_exact_names("e", names=B0),
 }
 
 

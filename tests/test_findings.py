@@ -47,7 +47,8 @@ def test_an_unregistered_code_warns_and_never_raises() -> None:
     # Under pytest every warning is an error, so an emitter with a typo fails its tests; a user's
     # run only sees a RuntimeWarning and an error finding.
     with pytest.warns(RuntimeWarning, match="unregistered finding code 'socket-ifname-typo'"):
-        found = Finding.of("socket-ifname-typo", "something")
+        # mypy rejects the code (strict mode flags this ignore if it ever stops doing so)
+        found = Finding.of("socket-ifname-typo", "something")  # type: ignore[arg-type]
     assert (found.code, found.severity, found.title) == ("socket-ifname-typo", "error", "something")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -67,3 +68,13 @@ def test_finding_to_dict_is_json_data() -> None:
     assert found.to_dict() == {"code": "env-deprecated", "severity": "warning",
                                "title": "old name", "evidence": ["NCCL_BLOCKING_WAIT=1"],
                                "fix": "rename it"}
+
+
+def test_the_code_type_lists_exactly_the_registered_codes() -> None:
+    """``Code`` (what the type checker knows) and ``CODES`` (what the registry holds) cannot
+    drift: mypy checks every key of ``CODES`` against ``Code``, this checks the other way."""
+    from typing import get_args
+
+    from clusterenv.findings import Code
+
+    assert list(get_args(Code)) == list(CODES)

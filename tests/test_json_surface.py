@@ -82,7 +82,8 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_host_results_carry_their_derived_facts(snapshot: Path) -> None:
-    _, plan, facts = diagnose_with_plan(environ=B0_ENV, root=snapshot)
+    diagnosis = diagnose_with_plan(environ=B0_ENV, root=snapshot)
+    plan, facts = diagnosis.plan, diagnosis.facts
     assert facts.config is not None
     config = json_data(facts.config)
     assert (config["host_node_addr"], config["is_primary"], config["is_multi_node"]) == (
@@ -132,7 +133,8 @@ def test_a_verdict_carries_ok_and_exit_code_and_survives_the_wire() -> None:
 def test_cli_json_is_what_to_dict_returns(
     snapshot: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    findings, plan, facts = diagnose_with_plan(environ=B0_ENV, root=snapshot, ask_nccl=True)
+    diagnosis = diagnose_with_plan(environ=B0_ENV, root=snapshot, ask_nccl=True)
+    findings, plan, facts = list(diagnosis.findings), diagnosis.plan, diagnosis.facts
     assert main(["show", "--json", "--root", str(snapshot)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert facts.config is not None

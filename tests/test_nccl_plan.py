@@ -74,7 +74,7 @@ def test_prefix_sibling_gets_exact_nccl_value_but_plain_gloo(tmp_path: Path) -> 
 def test_single_node_sets_nothing_and_says_so(tmp_path: Path) -> None:
     HostBuilder(tmp_path).loopback().interface("eth0", addresses=["192.168.1.5/24"])
     plan = plan_nccl_env(environ={}, root=tmp_path)
-    assert plan.changes == () and plan.env == {} and plan.nothing_to_do
+    assert plan.changes == () and plan.env == {}
     assert not plan.multi_node
     assert any("single node" in note and "nothing to set" in note for note in plan.notes)
 

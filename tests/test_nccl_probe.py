@@ -230,12 +230,34 @@ def test_the_version_nccl_reports_is_the_first_evidence(library: NcclLibrary) ->
 
     # NCCL_VERSION says otherwise (a container's label): both stay evidence, NCCL's own first.
     env = {**CLEAN, "NCCL_VERSION": "2.19.3"}
-    _, _, facts = diagnose_with_plan(environ=env, ask_nccl=True)
+    asked = diagnose_with_plan(environ=env, ask_nccl=True)
+    facts = asked.facts
     first = facts.nccl_versions[0]
     assert first.version == wheel_version()
     assert first.source == f"{library.path} (ncclGetVersion)"
     assert (2, 19, 3) in [v.version for v in facts.nccl_versions]
-    assert facts.bootstrap is not None and facts.bootstrap.current.asked
-    _, _, unasked = diagnose_with_plan(environ=env)
-    assert not any(v.source.endswith("(ncclGetVersion)") for v in unasked.nccl_versions)
+    assert asked.bootstrap is not None and asked.bootstrap.current.asked
+    unasked = diagnose_with_plan(environ=env, ask_nccl=False)
+    assert not any(v.source.endswith("(ncclGetVersion)") for v in unasked.facts.nccl_versions)
     assert unasked.bootstrap is not None and unasked.bootstrap.current.by == "prediction"
+
+
+def test_the_api_and_the_command_give_one_verdict(library: NcclLibrary) -> None:
+    """``clusterenv.doctor()`` asks NCCL as ``clusterenv doctor`` does (by default, on this
+    host), and both give the same findings from the same environment."""
+    from clusterenv import doctor
+    from clusterenv.diagnosis import diagnose_with_plan
+
+    address = next(a for a in _host_addresses() if not a.startswith("127."))
+    env = {**CLEAN, "MASTER_ADDR": address, "MASTER_PORT": "29500", "NUM_NODES": "2",
+           "NODE_RANK": "0", "NUM_TRAINERS": "1", "NCCL_SOCKET_IFNAME": "=lo"}
+    assert diagnose_with_plan(environ=env).bootstrap.current.asked  # type: ignore[union-attr]
+    api = [f.to_dict() for f in doctor(env)]
+    cli = subprocess.run([sys.executable, "-m", "clusterenv", "doctor", "--json"], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert json.loads(cli.stdout)["findings"] == api
+
+
+def _host_addresses() -> list[str]:
+    out = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True, check=True)
+    return [a["local"] for i in json.loads(out.stdout) for a in i.get("addr_info", [])]

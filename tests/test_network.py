@@ -21,7 +21,6 @@ from clusterenv.network import (
     NetworkInterfaces,
     _parse_mac,
     _parse_speed,
-    primary_variable,
     route_interface,
 )
 from clusterenv.testing import ARPHRD_INFINIBAND, HostBuilder
@@ -46,6 +45,7 @@ class Addressing:
     node_addr: str | None = None
     is_multi_node: bool = True
     source: str = "generic"
+    primary_variable: str = "MASTER_ADDR"
 
 
 # -- interface kinds ----------------------------------------------------------------------------
@@ -235,7 +235,8 @@ def test_cluster_interface_from_primary_subnet(tmp_path: Path) -> None:
 
 def test_cluster_interface_stale_node_addr_falls_back_to_primary(tmp_path: Path) -> None:
     net = NetworkInterfaces.detect(root=runpod_node(tmp_path).root)
-    config = Addressing(primary_addr="10.65.0.1", node_addr="10.65.0.3", source="runpod")
+    config = Addressing(primary_addr="10.65.0.1", node_addr="10.65.0.3", source="runpod",
+                        primary_variable="PRIMARY_ADDR")
     chosen, reason = net.choose_cluster_interface(config)
     assert chosen is not None and chosen.name == "ens1"
     assert reason.startswith("no interface holds NODE_ADDR 10.65.0.3; ens1 (10.65.0.2/24)")
@@ -281,7 +282,8 @@ def test_cluster_interface_local_single_node_is_loopback(tmp_path: Path) -> None
 def test_cluster_interface_never_loopback_on_multi_node(tmp_path: Path) -> None:
     net = NetworkInterfaces.detect(root=runpod_node(tmp_path).root)
     chosen, reason = net.choose_cluster_interface(
-        Addressing(primary_addr="127.0.0.1", node_addr="127.0.0.1", source="runpod")
+        Addressing(primary_addr="127.0.0.1", node_addr="127.0.0.1", source="runpod",
+                   primary_variable="PRIMARY_ADDR")
     )
     assert chosen is None
     assert "NODE_ADDR 127.0.0.1 is on loopback" in reason
@@ -497,24 +499,29 @@ def test_live_host_lists_every_sysfs_interface() -> None:
     assert ipaddress.IPv4Interface("127.0.0.1/8") in lo.ipv4
 
 
-@pytest.mark.parametrize(("source", "environ", "expected"), [
-    ("runpod", None, "PRIMARY_ADDR"),
-    ("runpod", {"PRIMARY_ADDR": "10.65.0.2", "MASTER_ADDR": "10.65.0.2"}, "PRIMARY_ADDR"),
-    ("runpod", {"MASTER_ADDR": "10.65.0.2"}, "MASTER_ADDR"),
-    ("torchelastic", None, "MASTER_ADDR"),
-    ("generic", None, "MASTER_ADDR"),
-    ("slurm", None, "MASTER_ADDR"),
-    ("mpi", {"PRIMARY_ADDR": "10.65.0.2"}, "MASTER_ADDR"),
+_RUNPOD = {"NODE_ADDR": "10.65.0.3", "NODE_RANK": "1", "NUM_NODES": "2", "NUM_TRAINERS": "8",
+           "PRIMARY_PORT": "29500"}
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({**_RUNPOD, "PRIMARY_ADDR": "10.65.0.2", "MASTER_ADDR": "10.65.0.2"}, "PRIMARY_ADDR"),
+    ({**_RUNPOD, "MASTER_ADDR": "10.65.0.2", "CLUSTERENV_SOURCE": "runpod"}, "MASTER_ADDR"),
+    ({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1", "NUM_NODES": "2", "NODE_RANK": "0",
+      "NUM_TRAINERS": "1"}, "MASTER_ADDR"),
+    ({"SM_MASTER_ADDR": "algo-1", "SM_MASTER_PORT": "7777", "SM_HOSTS": '["algo-1","algo-2"]',
+      "SM_CURRENT_HOST": "algo-2", "SM_CURRENT_HOST_RANK": "1", "SM_NUM_GPUS": "8"},
+     "SM_MASTER_ADDR"),
+    ({}, "MASTER_ADDR"),  # the local default reads no variable
 ])
-def test_one_rule_names_the_rendezvous_variable(
-    source: str, environ: dict[str, str] | None, expected: str
+def test_the_reader_says_which_variable_held_the_rendezvous_address(
+    environ: dict[str, str], expected: str
 ) -> None:
-    # The interface choice, the plan and doctor all name the variable through this one rule.
+    # The interface choice, the plan and doctor all name the variable the source really read.
+    from clusterenv import ClusterConfig
     from clusterenv._facts import Facts
     from clusterenv._root import Root
-    from clusterenv.nccl.interface import primary_variable as for_facts
+    from clusterenv.nccl.interface import primary_variable
 
-    assert primary_variable(source, environ) == expected
-    if environ is not None:
-        facts = Facts(environ={**environ, "CLUSTERENV_SOURCE": source}, root=Root("/"))
-        assert for_facts(facts) == primary_variable(facts.source, facts.environ)
+    config = ClusterConfig.from_env(environ)
+    assert config.primary_variable == expected
+    assert primary_variable(Facts(environ=environ, root=Root("/"))) == expected

@@ -36,6 +36,110 @@ EXPECTED = {
 }
 
 
+#: Each public module (docs/api.md) and its ``__all__``: what users may import from it. A
+#: change here is a change of the public surface, to be made on purpose (and in CHANGELOG).
+PUBLIC_ALL: dict[str, set[str]] = {
+    "clusterenv.config": {
+        "ClusterConfig", "ConfigCheck", "ProcessContext", "SOURCE_VARIABLE", "check_config"
+    },
+    "clusterenv.network": {
+        "ARPHRD_INFINIBAND", "ARPHRD_LOOPBACK", "ConfigAddresses", "Interface",
+        "NetworkInterfaces", "route_interface"
+    },
+    "clusterenv.rdma": {
+        "Gid", "RdmaDevice", "RdmaInfo", "RdmaPort", "Transport", "port_transport"
+    },
+    "clusterenv.host": {
+        "ENVIRONMENT", "HostFacts", "NcclConfFile", "format_bytes", "live_process_facts",
+        "nccl_conf_files", "nccl_conf_values"
+    },
+    "clusterenv.findings": {
+        "Area", "CODES", "Code", "CodeInfo", "Finding", "SEVERITIES", "Severity", "code_info",
+        "codes_of", "has_errors", "sort_findings"
+    },
+    "clusterenv.errors": {
+        "ClusterEnvError", "ClusterEnvWarning", "ConfigError", "ConfigProblem", "DiscoveryError",
+        "LaunchError"
+    },
+    "clusterenv.nccl": {
+        "Action", "EnvChange", "NcclPlan", "PLANNED_VARIABLES", "apply_nccl_defaults",
+        "plan_nccl_env"
+    },
+    "clusterenv.nccl.gid": {
+        "AUTO_SINCE", "AddressRange", "GID_VARIABLES", "GidChoice", "GidSettings", "choose_gid",
+        "gid_family", "gid_problem"
+    },
+    "clusterenv.filters": {
+        "ALL_CODES", "FilterToken", "IB_HCA", "MAX_TOKENS", "NcclFilter", "SOCKET_IFNAME",
+        "lint_exact_names", "lint_filter", "nccl_default_interfaces", "needs_exact",
+        "parse_filter", "render_exact", "split_modifiers"
+    },
+    "clusterenv.diagnosis": {
+        "CHECK_CODES", "Diagnosis", "diagnose_facts", "diagnose_with_plan", "doctor"
+    },
+    "clusterenv.nccl_log": {
+        "CODES", "CODE_BOOTSTRAP_MANAGEMENT", "CODE_CONNECT_TIMEOUT", "CODE_GDR_DISABLED",
+        "CODE_IBVERBS_FAILURE", "CODE_IB_COMPLETION_ERROR", "CODE_IB_DISABLED", "CODE_IB_MEMLOCK",
+        "CODE_IB_QP_FAILURE", "CODE_IB_SETTING_RANGE", "CODE_MIXED_ENV", "CODE_MIXED_INTERFACE",
+        "CODE_MIXED_LINK_LAYER", "CODE_MIXED_TRANSPORT", "CODE_MIXED_VERSION", "CODE_NCCL_ERROR",
+        "CODE_NCCL_WARNING", "CODE_NO_INTERFACE", "CODE_OFI_NO_PROVIDER", "CODE_PLUGIN_FAILED",
+        "CODE_SHM_EXHAUSTED", "CODE_SOCKET_CHANNEL_UNROUTABLE", "CODE_SOCKET_FALLBACK",
+        "GpuDirect", "INTERNAL_NETWORKS", "LogMessage", "MAX_LINE", "NcclLog", "NetDevice",
+        "NetPlugin", "RankInfo", "SocketEndpoint", "WC_STATUSES", "WcStatus", "interface_concern",
+        "nccl_log_findings", "parse_nccl_log", "read_nccl_log"
+    },
+    "clusterenv.preflight": {
+        "DEFAULT_LIMITS", "Fingerprint", "Limits", "NodeRef", "NodeSummary", "PreflightError",
+        "PreflightOptions", "PreflightResult", "PrimaryServer", "Problem", "RdmaSummary",
+        "RingHop", "TOKEN_VARIABLE", "Verdict", "collect_fingerprint", "compare", "default_port",
+        "preflight", "run_node", "serve_primary"
+    },
+    "clusterenv.bench": {
+        "BenchResult", "CODES", "CPU_SIZES", "GPU_SIZES", "LineRate", "LinkResult", "NodeInfo",
+        "NodeScore", "Rail", "SizeResult", "Transfer", "algbw_gbs", "busbw_factor", "busbw_gbs",
+        "conclude", "format_size", "interface_line_rate", "line_fraction", "parse_size",
+        "parse_sizes", "rails_in_use", "rdma_line_rate", "render_svg", "ring_transfers", "run",
+        "schedule_rounds", "score_nodes", "write_svg"
+    },
+    "clusterenv.launch": {
+        "LAUNCHERS", "LaunchPlan", "TORCHRUN_MODULE", "accelerate_args", "deepspeed_args",
+        "deepspeed_env_text", "deepspeed_hostfile_text", "exec_plan", "find_torchrun", "launch",
+        "mpirun_args", "plan_launch", "refusal", "rendezvous_environ", "srun_args",
+        "torchrun_args", "torchrun_env", "write_deepspeed_env"
+    },
+    "clusterenv.capture": {
+        "CaptureError", "capture"
+    },
+    "clusterenv.testing": {
+        "ARPHRD_ETHER", "ARPHRD_INFINIBAND", "ARPHRD_LOOPBACK", "GidSpec", "HostBuilder",
+        "PHYS_STATES", "PORT_STATES", "PortSpec", "gid", "port"
+    },
+    "clusterenv.integrations.torch": {
+        "ProcessGroupInfo", "TORCH_RANK_MESSAGE", "init_process_group", "missing_launcher_message"
+    },
+    "clusterenv.integrations.lightning": {
+        "ClusterEnvEnvironment"
+    },
+    "clusterenv.cli": {
+        "EXIT_BROKEN_PIPE", "VERBS", "build_parser", "main"
+    },
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC_ALL))
+def test_every_public_module_pins_its_all(module: str) -> None:
+    import importlib
+
+    from tests.test_architecture import declared_modules
+
+    public, _ = declared_modules()
+    assert set(public) == {"clusterenv", *PUBLIC_ALL}  # docs/api.md and this pin agree
+    loaded = importlib.import_module(module)
+    assert set(loaded.__all__) == PUBLIC_ALL[module]
+    for name in loaded.__all__:
+        assert hasattr(loaded, name), f"{module}.{name} is in __all__ but does not resolve"
+
+
 def test_all_is_pinned() -> None:
     assert set(clusterenv.__all__) == EXPECTED
     assert sorted(clusterenv.__all__) == clusterenv.__all__

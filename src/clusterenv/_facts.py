@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from clusterenv.config import ClusterConfig, ConfigCheck
     from clusterenv.findings import Finding
     from clusterenv.host import HostFacts
-    from clusterenv.nccl.bootstrap import NcclBootstrap
     from clusterenv.network import Interface, NetworkInterfaces
     from clusterenv.rdma import RdmaInfo
 
@@ -127,9 +126,35 @@ class Facts:
         self._given_host = host
         self._given_version = nccl_version
         self._reported_versions = nccl_reported
-        #: NCCL's bootstrap interface now and with the plan applied (asked or predicted); set by
-        #: ``diagnose_with_plan``.
-        self.bootstrap: NcclBootstrap | None = None
+
+    def derive(
+        self,
+        *,
+        environ: Mapping[str, str] | None = None,
+        nccl_reported: tuple[NcclVersion, ...] | None = None,
+    ) -> Facts:
+        """New facts with the environment or NCCL's reported version replaced; this object is
+        never changed. What does not depend on the replaced part carries over instead of being
+        detected again: the interfaces, RDMA devices and host facts always, the contract read
+        from the environment when only the version changes, and the contract itself when the
+        environment changes only by what a plan sets (``NCCL_*``, ``GLOO_*``).
+
+        Example: ``facts.derive(environ={**facts.environ, **plan.env})``.
+        """
+        detected = {part: self.__dict__.get(part) for part in ("network", "rdma", "host")}
+        derived = Facts(
+            environ=self.environ if environ is None else environ,
+            root=self.root,
+            config=self._given_config if environ is None else self.config,
+            network=detected["network"] or self._given_network,
+            rdma=detected["rdma"] or self._given_rdma,
+            host=detected["host"] or self._given_host,
+            nccl_version=self._given_version,
+            nccl_reported=self._reported_versions if nccl_reported is None else nccl_reported,
+        )
+        if environ is None and "check" in self.__dict__:
+            derived.__dict__["check"] = self.__dict__["check"]  # the same environment, read once
+        return derived
 
     # -- the cluster contract ---------------------------------------------------------------
 

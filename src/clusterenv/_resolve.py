@@ -43,6 +43,9 @@ class Resolution:
         via: Where the answer came from, e.g. ``"the system resolver"`` or ``"/etc/hosts"``.
         error: Why there is no address, e.g. ``"Name or service not known"``; empty when
             resolved.
+        failed: The resolver answered now with an error that is not "no such name" (no DNS
+            server, ``EAI_AGAIN``): the name's existence is unknown, but a program resolving it
+            now gets the same error (torch's Gloo then binds loopback).
     """
 
     name: str
@@ -50,6 +53,7 @@ class Resolution:
     status: Status
     via: str
     error: str = ""
+    failed: bool = False
 
     def describe(self) -> str:
         """One line of evidence, e.g. ``"node-0 -> 172.20.0.10 (the system resolver)"``."""
@@ -95,9 +99,10 @@ def system_resolve(name: str, *, deadline: float = DEADLINE_S) -> Resolution:
         # rest (no server, a failure) say nothing certain about the name.
         certain = error.errno in _NO_SUCH_NAME
         return Resolution(name, (), "unresolvable" if certain else "unknown", via,
-                          error.strerror or str(error))
+                          error.strerror or str(error), failed=not certain)
     failed = outcome.get("failed")
-    return Resolution(name, (), "unknown", via, str(failed or "no address returned"))
+    return Resolution(name, (), "unknown", via, str(failed or "no address returned"),
+                      failed=True)
 
 
 

@@ -1,4 +1,4 @@
-"""Reading files under a filesystem root, and the host snapshot format (DESIGN §6).
+"""Reading files under a filesystem root, and the host snapshot format.
 
 Every detector reads the host through a :class:`Root`: the live machine is ``Root("/")``, a host
 snapshot is ``Root("/path/to/snapshot")``. Missing or unreadable files are an empty result, never

@@ -1,4 +1,4 @@
-"""Write a host snapshot (DESIGN §6) of this host, or re-capture another snapshot.
+"""Write a host snapshot of this host, or re-capture another snapshot.
 
 A snapshot is the part of ``/`` that clusterenv reads (``sys/class/net``, ``sys/class/infiniband``,
 ``dev/infiniband``, the NVIDIA driver's ``/proc`` files, the routing table, NCCL config files)

@@ -69,6 +69,9 @@ class ClusterConfig(BaseModel):
         source_reason: Why it matched, e.g. ``"TORCHELASTIC_RUN_ID is set"``.
         primary_addr: Rendezvous address as given (brackets removed), e.g. ``"10.65.0.2"``.
         primary_port: Rendezvous port, e.g. ``29500``.
+        primary_variable: The variable the rendezvous address was read from, e.g.
+            ``"PRIMARY_ADDR"`` on Runpod; ``"MASTER_ADDR"`` when the source derived it (the
+            variable every launcher reads, and the one to set to change it).
         node_addr: This node's cluster IP, e.g. ``"10.65.0.3"``; None when the source has none.
         node_rank: This node's index, ``0`` on the primary.
         num_nodes: Number of nodes, e.g. ``2``.
@@ -85,6 +88,10 @@ class ClusterConfig(BaseModel):
     )
     primary_addr: str = Field(description="Rendezvous address, e.g. '10.65.0.2'.")
     primary_port: int = Field(ge=1, le=65535, description="Rendezvous port, e.g. 29500.")
+    primary_variable: str = Field(
+        default="MASTER_ADDR",
+        description="The variable the rendezvous address was read from, e.g. 'PRIMARY_ADDR'.",
+    )
     node_addr: str | None = Field(default=None, description="This node's cluster IP.")
     node_rank: int = Field(ge=0, description="This node's index, 0 on the primary.")
     num_nodes: int = Field(ge=1, description="Number of nodes, e.g. 2.")
@@ -261,18 +268,19 @@ def check_config(
         )
         values = {SOURCE_VARIABLE: named} if variables else {}
         return ConfigCheck(str(named), None, (problem,), (), values)
-    reading = chosen.read(env, as_root(root))
+    outer = None
+    if chosen.level == "process":  # the node-level evidence around a worker
+        outer = forced_node.node_facts(env) if forced_node is not None else None
+        if outer is None:
+            outer = outer_facts(env, exclude=chosen.name)
+    reading = chosen.read(env, as_root(root), outer=outer)
     _validate_common(env, reading)
     config = None
     notes = list(reading.notes)
     if not reading.problems:
         config = _build(chosen.name, reason, reading)
-    if config is not None and chosen.level == "process":
-        facts = forced_node.node_facts(env) if forced_node is not None else None
-        if facts is None:
-            facts = outer_facts(env, exclude=chosen.name)
-        if facts is not None:
-            notes.extend(_cross_check(chosen, config, facts))
+    if config is not None and outer is not None:
+        notes.extend(_cross_check(chosen, config, outer))
     mentioned = {name for p in reading.problems for name in p.variables}
     values = {name: env[name] for name in sorted(mentioned) if name in env}
     return ConfigCheck(
@@ -312,7 +320,7 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
     launcher = source.launcher
     outer = f"source {facts.source}"
     per_node = config.num_trainers
-    if facts.per_node is not None and facts.per_node[1] != per_node:
+    if facts.per_node is not None and facts.per_node.value != per_node:
         name, value = facts.per_node
         evidence = (f"processes on this node: {per_node} ({launcher})", f"{name}={value}", outer)
         if per_node < value:
@@ -339,7 +347,7 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
                 f"start at most {value} processes per node",
                 severity="error" if beyond else None,
             ))
-    if facts.num_nodes is not None and facts.num_nodes[1] != config.num_nodes:
+    if facts.num_nodes is not None and facts.num_nodes.value != config.num_nodes:
         name, value = facts.num_nodes
         notes.append(Finding.of(
             "worker-node-count",
@@ -351,7 +359,7 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
         ))
     if (
         facts.node_rank is not None
-        and facts.node_rank[1] != config.node_rank
+        and facts.node_rank.value != config.node_rank
         and source.name != "mpi"  # MPI daemons' Slurm node ids need not follow rank order
     ):
         name, value = facts.node_rank
@@ -374,7 +382,7 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
 
 
 def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
-    """The rules every source shares (DESIGN §4.1)."""
+    """The rules every source shares."""
     env = EnvReader(environ, reading)
     fields = reading.fields
     rank, nodes, trainers = (
@@ -413,7 +421,7 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
         and nodes > 1
         and is_loopback_host(primary)
     ):
-        names = ("PRIMARY_ADDR", "MASTER_ADDR") if environ.get("PRIMARY_ADDR") else ("MASTER_ADDR",)
+        names = reading.primary_variables or ("MASTER_ADDR",)
         env.problem(
             names,
             f"{'/'.join(names)}={primary} is a loopback address but NUM_NODES={nodes}: other nodes "
@@ -440,6 +448,8 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
 
 def _build(source: str, reason: str, reading: Reading) -> ClusterConfig | None:
     data: dict[str, Any] = {"source": source, "source_reason": reason, **reading.fields}
+    if reading.primary_variables:
+        data["primary_variable"] = reading.primary_variables[0]
     try:
         return ClusterConfig.model_validate(data)
     except ValidationError as e:  # a rule above missed something: still report, never leak

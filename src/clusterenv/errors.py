@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clusterenv.findings import Code
 
 __all__ = [
     "ClusterEnvError",
@@ -40,7 +44,7 @@ class ConfigProblem:
     variables: tuple[str, ...]
     message: str
     fix: str = ""
-    code: str = "config-invalid"
+    code: Code = "config-invalid"
 
     def __str__(self) -> str:
         return f"{self.message}; {self.fix}" if self.fix else self.message

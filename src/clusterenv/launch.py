@@ -510,7 +510,7 @@ def plan_launch(
     # what remains is what launch refuses on.
     after = Facts(environ=launch_env, root=host_root, config=config, network=facts.network,
                   rdma=facts.rdma, host=facts.host)
-    remaining, _, _ = diagnose_facts(after, debug=debug)
+    remaining = diagnose_facts(after, debug=debug).findings
     findings += [f for f in remaining if f.code not in _NOT_FOR_LAUNCH]
     tool = which(launcher, env.get("PATH")) or launcher
     if launcher == "srun":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -31,7 +31,6 @@ __all__ = [
     "ConfigAddresses",
     "Interface",
     "NetworkInterfaces",
-    "primary_variable",
     "route_interface",
 ]
 
@@ -150,15 +149,6 @@ class Interface:
         return json_fields(self, is_up=self.is_up, has_routable_address=self.has_routable_address)
 
 
-def primary_variable(source: str, environ: Mapping[str, str] | None = None) -> str:
-    """The variable a message names for the rendezvous address: ``"PRIMARY_ADDR"`` where the
-    Runpod source read it (when ``environ`` is given: only if it sets ``PRIMARY_ADDR``), else
-    ``"MASTER_ADDR"``, the name every launcher uses."""
-    if source == "runpod" and (environ is None or environ.get("PRIMARY_ADDR")):
-        return "PRIMARY_ADDR"
-    return "MASTER_ADDR"
-
-
 @dataclass(frozen=True, slots=True)
 class NetworkInterfaces:
     """Every network interface of the node, and answers about addresses.
@@ -270,8 +260,9 @@ class NetworkInterfaces:
                     )
                 else:
                     notes.append(f"no interface holds NODE_ADDR {config.node_addr}")
+        # A framework's own config object may not say which variable held the address.
         variable = ("the local rendezvous address" if config.source == "local"
-                    else primary_variable(config.source))
+                    else getattr(config, "primary_variable", "MASTER_ADDR"))
         primary = config.primary_addr
         try:
             candidates = self.on_subnet(primary)

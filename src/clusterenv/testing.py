@@ -1,4 +1,4 @@
-"""Build fake hosts (host snapshots, DESIGN §6) in code, for our tests and for yours.
+"""Build fake hosts (host snapshots) in code, for our tests and for yours.
 
 A snapshot is a directory laid out like ``/`` holding only the files that detection reads, plus
 ``.clusterenv/host.json`` for what is not a file (addresses, limits, hostname, environment).

@@ -41,7 +41,6 @@ from clusterenv.errors import LaunchError
 if TYPE_CHECKING:
     from clusterenv.bench.model import BenchResult
 
-HELP = "measure all-reduce and each node's link against the line rate; name slow nodes"
 
 #: Seconds torchrun gets after the time limit to write the result and leave.
 _GRACE = 10.0

@@ -35,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from clusterenv.diagnosis.assumed import assumptions
 
     environ, root = host_context(args)
-    findings, _, facts = diagnose_with_plan(environ, root=root, ask_nccl=not args.no_nccl,
-                                            nccl_version=args.nccl_version)
+    diagnosis = diagnose_with_plan(environ, root=root, ask_nccl=not args.no_nccl,
+                                   nccl_version=args.nccl_version)
+    findings, facts = list(diagnosis.findings), diagnosis.facts
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     failing = counts["error"] + (counts["warning"] if args.strict else 0)
     assumed = assumptions(facts)

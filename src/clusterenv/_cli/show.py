@@ -181,9 +181,10 @@ def run(args: argparse.Namespace) -> int:
     from clusterenv.errors import ConfigError
 
     environ, root = host_context(args)
-    findings, plan, facts = diagnose_with_plan(environ, root=root, debug=args.debug,
-                                               ask_nccl=not args.no_nccl,
-                                               nccl_version=args.nccl_version)
+    diagnosis = diagnose_with_plan(environ, root=root, debug=args.debug,
+                                   ask_nccl=not args.no_nccl, nccl_version=args.nccl_version)
+    findings, plan, facts = list(diagnosis.findings), diagnosis.plan, diagnosis.facts
+    bootstrap = diagnosis.bootstrap
     if facts.config is None:
         check = facts.check
         raise ConfigError(check.problems if check else (), source=facts.source)
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             "rdma": facts.rdma,
             "host": facts.host,
             "plan": plan,
-            "nccl_bootstrap": bootstrap_json(facts.bootstrap) if facts.bootstrap else None,
+            "nccl_bootstrap": bootstrap_json(bootstrap) if bootstrap else None,
             "findings": findings,
         }
         emit_json(parts)
@@ -212,8 +213,7 @@ def run(args: argparse.Namespace) -> int:
          if facts.rdma.devices else "no RDMA device"),
         ("host", _pairs(_host_rows(facts))),
         ("plan (clusterenv env / apply_nccl_defaults)", _plan_text(plan)),
-        ("NCCL bootstrap interface", _bootstrap_text(facts.bootstrap) if facts.bootstrap
-         else "unknown"),
+        ("NCCL bootstrap interface", _bootstrap_text(bootstrap) if bootstrap else "unknown"),
         ("findings", render_findings(findings)),
     ]
     print("\n\n".join(f"{style(title, 'bold')}\n{body}" for title, body in sections))

@@ -23,11 +23,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from clusterenv.bench.conclude import (
-    CODE_BELOW_LINE_RATE,
-    CODE_MIXED_TRANSPORT,
-    CODE_ONE_RANK,
-    CODE_SLOW_LINK,
-    CODE_SLOW_NODE,
     CODES,
     conclude,
 )
@@ -64,11 +59,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CODES",
-    "CODE_BELOW_LINE_RATE",
-    "CODE_MIXED_TRANSPORT",
-    "CODE_ONE_RANK",
-    "CODE_SLOW_LINK",
-    "CODE_SLOW_NODE",
     "CPU_SIZES",
     "GPU_SIZES",
     "BenchResult",

@@ -17,19 +17,9 @@ from clusterenv.findings import Finding, codes_of
 
 __all__ = [
     "CODES",
-    "CODE_BELOW_LINE_RATE",
-    "CODE_MIXED_TRANSPORT",
-    "CODE_ONE_RANK",
-    "CODE_SLOW_LINK",
-    "CODE_SLOW_NODE",
     "conclude",
 ]
 
-CODE_SLOW_NODE = "bench-slow-node"
-CODE_SLOW_LINK = "bench-slow-link"
-CODE_MIXED_TRANSPORT = "bench-transport-mixed"
-CODE_BELOW_LINE_RATE = "bench-below-line-rate"
-CODE_ONE_RANK = "bench-one-rank"
 #: Every finding code ``bench`` reports: the ``"bench"`` codes of
 #: :data:`clusterenv.findings.CODES`.
 CODES: tuple[str, ...] = codes_of("bench")
@@ -82,7 +72,7 @@ def _slow_node_finding(info: NodeInfo, score: NodeScore, nodes: Sequence[NodeInf
            f"({code(command('tc', 'qdisc', 'show', 'dev', iface))}); with NCCL, check "
            "that it used the RDMA ports (`NCCL_DEBUG=INFO`, then `clusterenv nccl-log`); "
            "drain the node if it stays slow")
-    return Finding.of(CODE_SLOW_NODE, title, evidence, fix)
+    return Finding.of("bench-slow-node", title, evidence, fix)
 
 
 def _slow_link_finding(transfer: Transfer, by_node: dict[int, NodeInfo], typical: float,
@@ -91,7 +81,7 @@ def _slow_link_finding(transfer: Transfer, by_node: dict[int, NodeInfo], typical
     # A warning: one direction between two nodes is a single measurement, and a moment of
     # contention on either host looks the same as a bad cable.
     return Finding.of(
-        CODE_SLOW_LINK,
+        "bench-slow-link",
         f"the transfer from {_where(src)} to {_where(dst)} carries {_gbit(transfer.gbs)}, "
         f"below {min_fraction:g} × the median transfer {_gbit(typical)}; both nodes are "
         "fast towards their other neighbours",
@@ -172,7 +162,7 @@ def conclude(
             for name, count in transports.most_common()
         )
         findings.append(Finding.of(
-            CODE_MIXED_TRANSPORT,
+            "bench-transport-mixed",
             f"the nodes moved data over different transports ({listed}): the job runs at the "
             "speed of the slowest",
             tuple(f"node {n.node}: {n.transport}" for n in nodes),
@@ -181,7 +171,7 @@ def conclude(
         ))
     if world_size == 1:
         findings.append(Finding.of(
-            CODE_ONE_RANK,
+            "bench-one-rank",
             "one rank: an all-reduce moves no data, so there is no bandwidth to measure",
             (f"backend {backend} on {device}", "1 rank on 1 node"),
             "start one process per GPU (`--nproc-per-node N`) or run `clusterenv bench` on "
@@ -191,7 +181,7 @@ def conclude(
     if largest is not None and largest.busbw_fraction is not None \
             and largest.busbw_fraction < min_fraction:
         findings.append(Finding.of(
-            CODE_BELOW_LINE_RATE,
+            "bench-below-line-rate",
             f"all-reduce of {format_size(largest.size)} reached {largest.busbw_fraction:.0%} of "
             f"the line rate ({_gbit(largest.busbw_gbs)} bus bandwidth against "
             f"{_rate(line_rate)})",

@@ -1,5 +1,5 @@
 """Host checks: GPUs against the process count, ``/dev/shm``, the rendezvous port, and how the
-job is launched (failure modes FM-16, FM-19, FM-21 and FM-32 of the catalogue).
+job is launched.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ _SHM = "/dev/shm"  # noqa: S108  # named in messages, never written
 
 
 def _gpus(facts: Facts) -> list[Finding]:
-    """FM-19: more processes per node than GPUs this process can see."""
+    """More processes per node than GPUs this process can see."""
     config = facts.config
     if config is None or config.source == "local":  # local counts the GPUs it finds
         return []
@@ -63,7 +63,7 @@ def _gpus(facts: Facts) -> list[Finding]:
 
 
 def _shm(facts: Facts) -> list[Finding]:
-    """FM-32: ``/dev/shm`` too small for NCCL's shared-memory segments."""
+    """``/dev/shm`` too small for NCCL's shared-memory segments."""
     config = facts.config
     size = facts.host.shm_bytes
     if config is None or size is None or size >= SHM_MINIMUM:
@@ -96,7 +96,7 @@ def port_in_use(port: int, *, family: int = socket.AF_INET) -> bool:
 
 
 def _port(facts: Facts) -> list[Finding]:
-    """FM-16: the rendezvous port is already taken on the primary (live host only)."""
+    """The rendezvous port is already taken on the primary (live host only)."""
     config = facts.config
     if (
         config is None
@@ -125,7 +125,7 @@ def _port(facts: Facts) -> list[Finding]:
 
 
 def _launcher(facts: Facts) -> list[Finding]:
-    """FM-21: the node contract is set, but this shell was not started by a launcher."""
+    """The node contract is set, but this shell was not started by a launcher."""
     config = facts.config
     if config is None or not config.is_multi_node or config.source not in ("runpod", "generic"):
         return []

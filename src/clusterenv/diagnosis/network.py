@@ -1,6 +1,5 @@
 """Doctor's socket checks of the environment as it stands, before any plan is applied: the
-cluster interface's state, and what NCCL and Gloo would choose with their variables unset
-(failure modes FM-01, FM-10 and FM-15).
+cluster interface's state, and what NCCL and Gloo would choose with their variables unset.
 
 Runpod's knowledge (``eth0`` and 172.x are management) enters only through
 :meth:`Facts.management_reason` and :attr:`Facts.avoid`, which apply it when the Runpod source
@@ -16,30 +15,34 @@ from clusterenv._facts import Facts
 from clusterenv._resolve import Resolution
 from clusterenv._shell import Placeholder, code, command, export, prose
 from clusterenv.findings import Finding, Severity
+from clusterenv.nccl.bootstrap import NcclBootstrap
 from clusterenv.nccl.interface import (
     bootstrap_unpredictable,
-    nccl_default_choice,
     planned_socket_ifname,
     predict_bootstrap,
+    socket_interfaces,
     usable_cluster_interface,
 )
+from clusterenv.nccl.paths import reach, transport
 from clusterenv.sources import runpod
 
 __all__ = ["GlooBinding", "gloo_binding", "network_checks"]
 
 
-def _socket_unset(facts: Facts) -> list[Finding]:
-    """FM-01 / FM-15: NCCL_SOCKET_IFNAME unset, and NCCL's own choice is not the cluster NIC.
+def _socket_unset(facts: Facts, bootstrap_report: NcclBootstrap | None) -> list[Finding]:
+    """NCCL_SOCKET_IFNAME unset, and NCCL would put bootstrap or data on an interface that
+    does not reach the other nodes (:mod:`clusterenv.nccl.paths`).
 
-    An error when NCCL would bootstrap over an interface that must not carry cluster traffic
-    (management, loopback, link-local only): the job then hangs or fails for certain. A warning
-    when it would bootstrap over another routable interface, or also use such an interface for
-    its socket transport (slower, or may fail).
+    An error when the bootstrap interface does not connect (the job hangs in
+    ``ncclCommInitRank``), or when sockets carry the data and NCCL's socket transport would also
+    use an interface that does not connect (it hangs at the first collective). A warning when
+    such an interface may not connect (one node cannot tell), or bootstraps off the cluster
+    interface on a network that may work.
     """
     if facts.user_value("NCCL_SOCKET_IFNAME") is not None:
         return []
-    chosen = nccl_default_choice(facts)
-    asked = facts.bootstrap.current if facts.bootstrap is not None else None
+    chosen = socket_interfaces(facts)
+    asked = bootstrap_report.current if bootstrap_report is not None else None
     bootstrap: str | None = chosen[0] if chosen else None
     if asked is not None and asked.asked:  # NCCL's own answer wins over our model
         bootstrap = asked.interface
@@ -48,32 +51,32 @@ def _socket_unset(facts: Facts) -> list[Finding]:
             return []
         predicted = predict_bootstrap(facts)
         bootstrap = predicted[0] if predicted else None
-    if bootstrap != (chosen[0] if chosen else None):
-        chosen = (bootstrap, *(n for n in chosen if n != bootstrap)) if bootstrap else ()
-    cluster = facts.cluster_interface
-    cluster_name = cluster.name if cluster is not None else None
-
-    def why(name: str) -> str | None:
-        if name in facts.avoid:
-            return f"{facts.describe(name)}, {facts.avoid[name]}"
-        if cluster_name is not None and name != cluster_name:
-            return f"{facts.describe(name)}, not the cluster interface {cluster_name}"
-        return None
-
-    if not chosen:
+    if bootstrap is None:
         return []
-    severity: Severity = "warning"
-    if chosen[0] != cluster_name and why(chosen[0]) is not None:
-        title = f"NCCL_SOCKET_IFNAME is unset: NCCL would bootstrap over {why(chosen[0])}"
-        if chosen[0] in facts.avoid:
-            severity = "error"
-            title += ": the other nodes cannot reach it, so the job hangs in ncclCommInitRank"
+    carrier, carrier_why = transport(facts)
+    # The socket transport's devices matter when sockets carry the data.
+    data = [n for n in chosen if n != bootstrap] if carrier == "sockets" else []
+    first = reach(facts, bootstrap)
+    others = [r for r in (reach(facts, n) for n in data) if r.connects is not True]
+    broken = [r for r in others if r.connects is False]
+    if first.connects is True and not others:
+        return []
+    severity: Severity = "error" if first.connects is False or broken else "warning"
+    parts = []
+    if first.connects is not True:
+        parts.append(f"NCCL would bootstrap over {facts.describe(bootstrap)}, {first.why}")
+    if others:
+        listed = "; ".join(f"{facts.describe(r.interface)}, {r.why}" for r in others)
+        parts.append(f"NCCL's socket transport, which carries the data here ({carrier_why}), "
+                     f"would also use {listed}")
+    title = "NCCL_SOCKET_IFNAME is unset: " + "; ".join(parts)
+    if first.connects is False:
+        title += ": the other nodes cannot reach it, so the job hangs in ncclCommInitRank"
+    elif broken:
+        title += (": the other nodes cannot reach it, so the job hangs at its first collective "
+                  "(connect timeouts)")
     else:
-        extra = [text for name in chosen[1:] if (text := why(name)) is not None]
-        if not extra:
-            return []
-        title = (f"NCCL_SOCKET_IFNAME is unset: besides {chosen[0]}, NCCL's socket transport "
-                 f"would also use {'; '.join(extra)}")
+        title += ": the job hangs if the other nodes cannot reach it"
     fix_name = usable_cluster_interface(facts)
     said = None
     if asked is not None and asked.asked and asked.log:
@@ -86,6 +89,7 @@ def _socket_unset(facts: Facts) -> list[Finding]:
             *((said,) if said else ()),
             "NCCL's default: ib*, else every interface but docker*/lo*/virbr*, in kernel "
             f"order: {', '.join(facts.kernel_order) or 'none'}",
+            f"data between nodes: {carrier} ({carrier_why})",
             f"cluster interface: {facts.cluster_choice[1]}",
         ),
         f"{export('NCCL_SOCKET_IFNAME', planned_socket_ifname(facts, fix_name))}, or "
@@ -126,7 +130,9 @@ def gloo_binding(facts: Facts) -> GlooBinding | None:
     if not hostname:
         return None
     resolution = facts.resolve(hostname)
-    if resolution.status == "unknown":
+    if resolution.status == "unknown" and not resolution.failed:
+        # No answer in time, or a snapshot that cannot ask: what Gloo would get is unknown.
+        # A resolver that fails now fails Gloo's lookup too, and Gloo falls back to loopback.
         return GlooBinding(hostname, resolution, None, False)
     for text in resolution.addresses:
         ip = ipaddress.ip_address(text)
@@ -136,7 +142,7 @@ def gloo_binding(facts: Facts) -> GlooBinding | None:
 
 
 def _gloo_unset(facts: Facts) -> list[Finding]:
-    """FM-10: GLOO_SOCKET_IFNAME unset, and the host name does not lead to the cluster NIC.
+    """GLOO_SOCKET_IFNAME unset, and the host name does not lead to the cluster NIC.
 
     An error when Gloo would certainly bind loopback or an interface that must not carry
     cluster traffic; a warning when it binds another interface or the name could not be
@@ -213,8 +219,10 @@ def _cluster_interface_state(facts: Facts) -> list[Finding]:
     )]
 
 
-def network_checks(facts: Facts) -> list[Finding]:
-    """Doctor's socket checks of the environment as it is (before any plan is applied)."""
+def network_checks(facts: Facts, bootstrap: NcclBootstrap | None = None) -> list[Finding]:
+    """Doctor's socket checks of the environment as it is (before any plan is applied);
+    ``bootstrap`` is NCCL's own answer where it was asked."""
     if not facts.multi_node:
         return []
-    return [*_cluster_interface_state(facts), *_socket_unset(facts), *_gloo_unset(facts)]
+    return [*_cluster_interface_state(facts), *_socket_unset(facts, bootstrap),
+            *_gloo_unset(facts)]

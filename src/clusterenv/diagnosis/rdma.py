@@ -1,5 +1,5 @@
-"""Can this process use RDMA at full speed? Doctor's checks of failure modes FM-25 (devices not
-openable, no libibverbs), FM-29 (locked-memory limit), FM-30 (GPUDirect RDMA), and RDMA ports
+"""Can this process use RDMA at full speed? Doctor's checks of devices that do not open (or no
+libibverbs), the locked-memory limit, GPUDirect RDMA, and RDMA ports
 that are present but not ACTIVE (NCCL skips them without a word).
 
 They run on a multi-node cluster whose node has RDMA devices; ports on a management interface
@@ -12,7 +12,7 @@ from collections import Counter
 
 from clusterenv._facts import Facts
 from clusterenv._shell import code, command, prose
-from clusterenv.findings import Finding
+from clusterenv.findings import Code, Finding
 from clusterenv.nccl.hca import (
     management_netdev,
     nccl_ports,
@@ -38,7 +38,7 @@ def _has_libibverbs(facts: Facts) -> bool:
 
 
 def _not_openable(facts: Facts) -> list[Finding]:
-    """FM-25: RDMA ports are up, but this process cannot open their devices."""
+    """RDMA ports are up, but this process cannot open their devices."""
     up = [(d, p) for d in facts.rdma.devices for p in d.ports
           if p.active and port_transport(d, p) in ("infiniband", "roce")
           and management_netdev(facts, p.netdev) is None]
@@ -81,7 +81,7 @@ def _libibverbs(facts: Facts) -> list[Finding]:
 
 
 def _memlock(facts: Facts) -> list[Finding]:
-    """FM-29: RLIMIT_MEMLOCK too small to register NCCL's buffers."""
+    """RLIMIT_MEMLOCK too small to register NCCL's buffers."""
     host = facts.host
     if not nccl_ports(facts) or not host.memlock_known or host.memlock_soft is None:
         return []
@@ -104,7 +104,7 @@ def _memlock(facts: Facts) -> list[Finding]:
 
 
 def _gpudirect(facts: Facts) -> list[Finding]:
-    """FM-30: no GPUDirect RDMA, or an NCCL too old to see nvidia_peermem."""
+    """No GPUDirect RDMA, or an NCCL too old to see nvidia_peermem."""
     host = facts.host
     if not nccl_ports(facts) or host.gpus_installed == 0:
         return []
@@ -140,7 +140,9 @@ def _gpudirect(facts: Facts) -> list[Finding]:
     return []
 
 
-_STATE_CODES = {"INIT": "rdma-port-init", "DOWN": "rdma-port-down", "ARMED": "rdma-port-armed"}
+_STATE_CODES: dict[str, Code] = {
+    "INIT": "rdma-port-init", "DOWN": "rdma-port-down", "ARMED": "rdma-port-armed",
+}
 
 
 def port_state_cause(device: RdmaDevice, port: RdmaPort) -> tuple[str, str]:

@@ -1,5 +1,6 @@
-"""The rendezvous address and this node's own address: doctor's checks of failure modes FM-13,
-FM-14, FM-20 and FM-37 of the catalogue.
+"""The rendezvous address and this node's own address: where the host name resolves, whether the
+rendezvous address is reachable over the cluster interface, NODE_ADDR, the primary's rank, and
+the host addresses frameworks bind.
 
 On Runpod the rendezvous address must not be a 172.x management address and must not be
 reached through ``eth0``; elsewhere the route is compared with the cluster interface.
@@ -20,12 +21,12 @@ from clusterenv.sources import runpod
 
 __all__ = ["FRAMEWORK_HOST_IPS", "rendezvous_checks"]
 
-#: Variables in which frameworks take this node's own address (FM-37).
+#: Variables in which frameworks take this node's own address.
 FRAMEWORK_HOST_IPS = ("VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS")
 
 
 def _hostname_loopback(facts: Facts) -> list[Finding]:
-    """FM-13: the host name resolves to loopback, which a c10d rendezvous would advertise."""
+    """The host name resolves to loopback, which a c10d rendezvous would advertise."""
     hostname = facts.hostname
     if not hostname:
         return []
@@ -89,7 +90,7 @@ def _cluster_placeholder(facts: Facts) -> Placeholder:
 
 
 def _primary_address(facts: Facts) -> list[Finding]:
-    """FM-14: the rendezvous host is a management address, does not resolve, or is reached the
+    """The rendezvous host is a management address, does not resolve, or is reached the
     wrong way. A host name is resolved first (system resolver, short deadline) and its address
     judged exactly like a literal one."""
     out: list[Finding] = []
@@ -226,7 +227,7 @@ def _judge_primary_ip(
 
 
 def _node_addr(facts: Facts) -> list[Finding]:
-    """FM-14: NODE_ADDR is not an address of this node (an environment copied from another)."""
+    """NODE_ADDR is not an address of this node (an environment copied from another)."""
     text = facts.environ.get("NODE_ADDR", "").strip().strip("[]")
     try:
         ip = ipaddress.ip_address(text)
@@ -246,7 +247,7 @@ def _node_addr(facts: Facts) -> list[Finding]:
 
 
 def _primary_rank(facts: Facts) -> list[Finding]:
-    """FM-20: this node holds the rendezvous address but is not rank 0 (generic sources; the
+    """This node holds the rendezvous address but is not rank 0 (generic sources; the
     Runpod source checks this itself)."""
     config = facts.config
     if config is None or facts.runpod or config.node_rank == 0:
@@ -269,7 +270,7 @@ def _primary_rank(facts: Facts) -> list[Finding]:
 
 
 def _framework_host_ips(facts: Facts) -> list[Finding]:
-    """FM-37: Ray/vLLM told to bind an address that is not this node's cluster address."""
+    """Ray/vLLM told to bind an address that is not this node's cluster address."""
     cluster = facts.cluster_interface
     out = []
     for variable in FRAMEWORK_HOST_IPS:

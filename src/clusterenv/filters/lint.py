@@ -6,11 +6,11 @@ Public through :mod:`clusterenv.filters`. Pure: callers pass the names to match 
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
+from clusterenv._values import IPAddress, parse_ip
 from clusterenv.filters.language import (
     IB_HCA,
     MAX_TOKENS,
@@ -22,161 +22,16 @@ from clusterenv.filters.language import (
     render_exact,
     split_modifiers,
 )
-from clusterenv.findings import Finding, Severity, codes_of
+from clusterenv.findings import Code, Finding, Severity, codes_of
 
 __all__ = [
     "ALL_CODES",
-    "FILTER_BAD_PORT",
-    "FILTER_EMPTY_LIST",
-    "FILTER_IGNORED_SHORT",
-    "FILTER_IP_ADDRESS",
-    "FILTER_LEAVES_AVOIDED",
-    "FILTER_MATCHES_NOTHING",
-    "FILTER_MODIFIER_ORDER",
-    "FILTER_MODIFIER_REPEATED",
-    "FILTER_PORT_ON_SOCKET",
-    "FILTER_PREFIX_COLLISION",
-    "FILTER_PREFIX_MULTIPLE",
-    "FILTER_SELECTS_AVOIDED",
-    "FILTER_TOKEN_UNMATCHED",
-    "FILTER_TOO_MANY_TOKENS",
-    "FILTER_WHITESPACE",
-    "IFNAME_IGNORED_SHORT",
-    "IFNAME_IP_ADDRESS",
-    "IFNAME_MULTIPLE",
-    "IFNAME_NCCL_SYNTAX",
-    "IFNAME_NO_SUCH_INTERFACE",
     "lint_exact_names",
     "lint_filter",
 ]
 
-# ---------------------------------------------------------------------------------------------
-# Finding codes. docs/filters.md lists each with the error text users search for.
-# ---------------------------------------------------------------------------------------------
-
-FILTER_IGNORED_SHORT = "filter-ignored-short"
-"""A one-character ``NCCL_SOCKET_IFNAME`` (``^``, ``e``) is ignored: NCCL picks interfaces itself.
-
-Symptom: no ``NCCL_SOCKET_IFNAME set to`` line in the ``NCCL_DEBUG=INFO`` log, and
-``Bootstrap : Using eth0:172.…`` on an interface nobody chose.
-"""
-
-FILTER_EMPTY_LIST = "filter-empty-list"
-"""The value has no names (``^,`` or ``=,``): an exclusion of nothing excludes everything.
-
-Symptom: ``Bootstrap : no socket interface found`` or ``NET/IB : No device found.``; without
-``^`` every interface matches, loopback included, in kernel order.
-"""
-
-FILTER_MODIFIER_REPEATED = "filter-modifier-repeated"
-"""``^`` or ``=`` repeated on a later token (``^=a,^=b``): that token is a literal name.
-
-Symptom: none from NCCL; an HCA or interface you excluded still appears in
-``NET/IB : Using [0]mlx5_0:1/IB …`` or ``NET/Socket : Using …``.
-"""
-
-FILTER_MODIFIER_ORDER = "filter-modifier-order"
-"""``=`` before ``^`` (``=^docker0``): NCCL reads ``^docker0`` as an exact name and matches nothing.
-
-Symptom: ``Bootstrap : no socket interface found``.
-"""
-
-FILTER_IP_ADDRESS = "filter-ip-address"
-"""An IP address where NCCL expects interface or HCA names (``NCCL_SOCKET_IFNAME=10.65.0.2``).
-
-Symptom: ``ncclSocketInit: connecting to address with family 59936 is neither AF_INET(2) nor
-AF_INET6(10)`` or ``Bootstrap : no socket interface found``.
-"""
-
-FILTER_PORT_ON_SOCKET = "filter-port-on-socket"
-"""A ``:port`` suffix on ``NCCL_SOCKET_IFNAME`` (``eth0:1``): ignored; the token is ``eth0``.
-
-Symptom: none; the alias-looking ``eth0:1`` also matches ``eth0``, ``eth0.100``, ``eth01``.
-"""
-
-FILTER_BAD_PORT = "filter-bad-port"
-"""An ``NCCL_IB_HCA`` port field that is not a port number (``mlx5_0:a``): NCCL reads port 0.
-
-Symptom: that device is missing from ``NET/IB : Using …``; ``NET/IB : No device found.`` if it
-was the only one.
-"""
-
-FILTER_TOO_MANY_TOKENS = "filter-too-many-tokens"
-"""More tokens than NCCL reads (16 for sockets, 32 for HCAs): the rest are dropped silently."""
-
-FILTER_WHITESPACE = "filter-whitespace"
-"""Whitespace in a token (``ens1, ens2``): NCCL does not trim, so ``' ens2'`` matches nothing."""
-
-FILTER_MATCHES_NOTHING = "filter-matches-nothing"
-"""The filter selects nothing on this host (typo, names from another machine, renamed devices).
-
-Symptom: ``Bootstrap : no socket interface found``, ``NET/Socket : no interface found``,
-``NET/IB : No IP interface found.``; for ``NCCL_IB_HCA`` it is silent: ``NET/IB : No device
-found.`` then ``NET/Socket : Using …`` and the job runs at TCP speed.
-"""
-
-FILTER_TOKEN_UNMATCHED = "filter-token-unmatched"  # noqa: S105 - a finding code, not a secret
-"""One token of an include list matches nothing here (``=mlx5_0,mlx5_1,mlxl5_2``).
-
-Symptom: fewer rails than expected in ``NET/IB : Using …``; lower bandwidth.
-"""
-
-FILTER_PREFIX_COLLISION = "filter-prefix-collision"
-"""A name used as a prefix also matches longer names (``ens1`` matches ``ens10``; ``mlx5_1``
-matches ``mlx5_10``, ``mlx5_11``); write ``=ens1``.
-
-Symptom: an extra NIC in ``NET/Socket : Using [0]ens1:… [1]ens10:…`` or an extra rail in
-``NET/IB : Using … [2]mlx5_10:1/IB``.
-"""
-
-FILTER_PREFIX_MULTIPLE = "filter-prefix-multiple"
-"""A socket prefix (``ens``) matches several interfaces: bootstrap uses whichever comes first.
-
-Symptom: ``Bootstrap : Using [0]ens3:…`` on a different interface than the peers expect.
-"""
-
-FILTER_LEAVES_AVOIDED = "filter-leaves-avoided"
-"""An exclusion list leaves an interface to avoid eligible (``^lo,docker,veth`` keeps ``eth0``).
-
-Symptom: ``Bootstrap : Using eth0:172.…`` then ``socketStartConnect: Connect to 172.… failed :
-Connection timed out``.
-"""
-
-FILTER_SELECTS_AVOIDED = "filter-selects-avoided"
-"""The value names an interface or HCA to avoid (``NCCL_SOCKET_IFNAME=eth0`` on a management NIC).
-
-Symptom: as :data:`FILTER_LEAVES_AVOIDED`; for Gloo ``Gloo connectFullMesh failed``.
-"""
-
-IFNAME_NCCL_SYNTAX = "ifname-nccl-syntax"
-"""NCCL filter syntax (``^``, ``=``) in ``GLOO_SOCKET_IFNAME`` / ``TP_SOCKET_IFNAME``.
-
-Symptom: ``[enforce fail at …/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find
-address for: ^lo``.
-"""
-
-IFNAME_IP_ADDRESS = "ifname-ip-address"
-"""An IP address in ``GLOO_SOCKET_IFNAME`` / ``TP_SOCKET_IFNAME``, which take interface names.
-
-Symptom: ``Unable to find address for: 10.65.0.2``.
-"""
-
-IFNAME_NO_SUCH_INTERFACE = "ifname-no-such-interface"
-"""A name that is no interface here (``ens``, a typo, an empty name): Gloo needs exact names.
-
-Symptom: ``Unable to find address for: ens``; TensorPipe warns and falls back to ``127.0.0.1``.
-"""
-
-IFNAME_MULTIPLE = "ifname-multiple"
-"""A comma list in ``TP_SOCKET_IFNAME``, which takes exactly one interface name."""
-
-IFNAME_IGNORED_SHORT = "ifname-ignored-short"
-"""A one-character ``GLOO_SOCKET_IFNAME`` is ignored: Gloo resolves the hostname instead.
-
-Symptom: ``Unable to resolve hostname to a (local) address. Using the loopback address as
-fallback. Manually set the network interface with GLOO_SOCKET_IFNAME`` then ``Gloo
-connectFullMesh failed … 127.0.0.1``.
-"""
+# The codes are declared once, in clusterenv.findings.CODES; docs/troubleshooting.md lists each
+# with the error text users search for.
 
 #: Every code :func:`lint_filter` and :func:`lint_exact_names` return: the ``"filters"`` codes of
 #: :data:`clusterenv.findings.CODES`.
@@ -213,18 +68,19 @@ def _summary(items: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
-def _as_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def _as_ip(text: str) -> IPAddress | None:
+    """The IP address a filter token spells, also as ``address:port`` or ``address/prefix``
+    (what people write where NCCL expects interface names)."""
     candidate = text.strip().strip("[]").split("%", 1)[0]
     for attempt in (candidate, candidate.split(":", 1)[0], candidate.rsplit("/", 1)[0]):
-        try:
-            return ipaddress.ip_address(attempt)
-        except ValueError:
-            continue
+        address = parse_ip(attempt)
+        if address is not None:
+            return address
     return None
 
 
 def _owner_of(
-    ip: ipaddress.IPv4Address | ipaddress.IPv6Address, owner: Mapping[str, str] | None
+    ip: IPAddress, owner: Mapping[str, str] | None
 ) -> str | None:
     for key, name in (owner or {}).items():
         if _as_ip(key) == ip:
@@ -246,7 +102,7 @@ class _Linter:
         self.findings: list[Finding] = []
 
     def add(
-        self, code: str, title: str, evidence: Iterable[str], fix: str,
+        self, code: Code, title: str, evidence: Iterable[str], fix: str,
         *, severity: Severity | None = None,
     ) -> None:
         """Record a finding whose evidence starts with the value itself (severity: the code's
@@ -298,7 +154,7 @@ def lint_filter(
     if socket and len(text) == 1:
         chosen = nccl_default_interfaces(names)
         lint.add(
-            FILTER_IGNORED_SHORT,
+            "filter-ignored-short",
             f"{lint.shown} is ignored: NCCL uses {variable} only when it is longer than one "
             "character, and picks interfaces itself",
             [f"NCCL's default choice here: {_summary(chosen)}"] if names else [],
@@ -315,7 +171,7 @@ def lint_filter(
         if socket and not parsed.exclude:
             outcome += ", loopback included, in kernel order"
         lint.add(
-            FILTER_EMPTY_LIST,
+            "filter-empty-list",
             f"{lint.shown} lists no names: it selects {outcome}",
             [have] if names else [],
             lint.fix(f"list names after the modifiers, e.g. {variable}=^=docker0,lo"),
@@ -339,7 +195,7 @@ def _lint_syntax(
     if marked and marked[0] == 0 and parsed.exact and not parsed.exclude and body[:1] == "^":
         wanted = "^=" + ",".join([pieces[0].lstrip("^="), *pieces[1:]])
         lint.add(
-            FILTER_MODIFIER_ORDER,
+            "filter-modifier-order",
             f"{lint.shown}: '=' before '^' is not an exclusion; NCCL reads {pieces[0]!r} as a "
             "literal name, which matches nothing",
             ["NCCL reads an optional '^' and then an optional '=', in that order"],
@@ -355,7 +211,7 @@ def _lint_syntax(
         wanted = ("^" if exclude else "") + ("=" if exact else "") + ",".join(kept)
         shown = ", ".join(repr(pieces[i]) for i in marked)
         lint.add(
-            FILTER_MODIFIER_REPEATED,
+            "filter-modifier-repeated",
             f"{lint.shown}: '^'/'=' allowed only at list start; token {shown} is taken "
             "literally and matches nothing",
             ["'^' and '=' apply once, to the whole list"],
@@ -372,7 +228,7 @@ def _lint_syntax(
             takes = "interface names" if socket else "RDMA device names"
             hint = f" (did you mean {name}?)" if name else ""
             lint.add(
-                FILTER_IP_ADDRESS,
+                "filter-ip-address",
                 f"{lint.shown}: value looks like an IP address; {parsed.variable} takes "
                 f"{takes}{hint}",
                 [f"{ip} is held by {name}"] if name else [],
@@ -383,7 +239,7 @@ def _lint_syntax(
         elif piece != "".join(piece.split()):
             broken.add(piece)
             lint.add(
-                FILTER_WHITESPACE,
+                "filter-whitespace",
                 f"{lint.shown}: token {piece!r} contains whitespace; NCCL does not trim it, so "
                 "it matches nothing",
                 [],
@@ -397,7 +253,7 @@ def _lint_syntax(
         )
         shown = ", ".join(f"{t.raw!r} acts as the prefix {t.name!r}" for t in suffixed)
         lint.add(
-            FILTER_PORT_ON_SOCKET,
+            "filter-port-on-socket",
             f"{lint.shown}: port suffix is meaningless for sockets; {shown}",
             ["NCCL_SOCKET_IFNAME tokens are interface names or prefixes; ':' starts fields "
              "that only NCCL_IB_HCA uses"],
@@ -407,7 +263,7 @@ def _lint_syntax(
         if token.port is not None and token.port <= 0:
             broken.add(token.raw)
             lint.add(
-                FILTER_BAD_PORT,
+                "filter-bad-port",
                 f"{lint.shown}: port field {token.fields[0]!r} of {token.raw!r} is not a port "
                 f"number; NCCL reads port {token.port}, which matches no port",
                 ["RDMA ports are numbered from 1"],
@@ -417,7 +273,7 @@ def _lint_syntax(
     written = [p for p in pieces if p.partition(":")[0]]
     if len(written) > limit:
         lint.add(
-            FILTER_TOO_MANY_TOKENS,
+            "filter-too-many-tokens",
             f"{lint.shown}: {len(written)} tokens, but NCCL reads only the first {limit}",
             [f"ignored: {', '.join(written[limit:])}"],
             "use a shorter list (prefixes, or an exclusion list)",
@@ -455,7 +311,7 @@ def _lint_matching(
         if parsed.exclude:
             what = f"excludes every {kind}" + ("" if socket else "; NCCL will fall back to TCP")
         lint.add(
-            FILTER_MATCHES_NOTHING, f"{lint.shown} {what}", [have, then],
+            "filter-matches-nothing", f"{lint.shown} {what}", [have, then],
             lint.fix(f"set {parsed.variable} to names that exist on this host"),
             # An HCA list that selects nothing costs bandwidth (TCP), not the job.
             severity=None if socket else "warning",
@@ -474,7 +330,7 @@ def _lint_matching(
             others = [n for n in hits if n != token.name]
             verb = "excludes" if parsed.exclude else "matches"
             lint.add(
-                FILTER_PREFIX_COLLISION,
+                "filter-prefix-collision",
                 f"{lint.shown}: prefix {token.name!r} also {verb} {', '.join(others)}; use "
                 f"'{marker}={token.name}'",
                 [have, "NCCL matches tokens as prefixes unless the list starts with '='"],
@@ -482,14 +338,14 @@ def _lint_matching(
             )
         elif not hits and not parsed.exclude:
             lint.add(
-                FILTER_TOKEN_UNMATCHED,
+                "filter-token-unmatched",
                 f"{lint.shown}: token {token.raw!r} matches no {kind} here",
                 [have],
                 "fix the name, or drop it if it belongs to other machines",
             )
         elif socket and len(hits) > 1 and token.name not in hits and not parsed.exclude:
             lint.add(
-                FILTER_PREFIX_MULTIPLE,
+                "filter-prefix-multiple",
                 f"{lint.shown}: prefix {token.name!r} matches {len(hits)} interfaces "
                 f"({_summary(hits)}); NCCL bootstraps on the first one it enumerates",
                 [have, f"bootstrap would use {selected[0]}"],
@@ -499,11 +355,12 @@ def _lint_matching(
     bad = [(n, avoid[n]) for n in selected if n in avoid]
     if bad:
         listed = ", ".join(f"{n} ({why})" for n, why in bad)
+        code: Code
         if parsed.exclude:
-            code = FILTER_LEAVES_AVOIDED
+            code = "filter-leaves-avoided"
             title = f"{lint.shown}: exclusion list leaves {listed} eligible"
         else:
-            code = FILTER_SELECTS_AVOIDED
+            code = "filter-selects-avoided"
             title = f"{lint.shown} selects {listed}"
         instead = (f"name the {kind}s to use with '=' instead of excluding others"
                    if parsed.exclude else f"leave {', '.join(n for n, _ in bad)} out of the list")
@@ -568,7 +425,7 @@ def lint_exact_names(
     example = f"one of: {_summary(names)}" if names else "e.g. ens1"
     if not single and len(value) <= 1:
         lint.add(
-            IFNAME_IGNORED_SHORT,
+            "ifname-ignored-short",
             f"{lint.shown} is ignored: {program} uses it only when it is longer than one "
             "character, and otherwise binds to the address of the hostname (often loopback)",
             [], lint.fix(f"write the interface name in full, {example}"),
@@ -576,7 +433,7 @@ def lint_exact_names(
         return lint.findings
     if value[:1] in ("^", "=") or any(p[:1] in ("^", "=") for p in value.split(",")):
         lint.add(
-            IFNAME_NCCL_SYNTAX,
+            "ifname-nccl-syntax",
             f"{lint.shown}: {program} does not support NCCL filter syntax ('^', '=', prefixes); "
             "it needs exact interface names",
             [f"{program} reports: Unable to find address for: {_split_getline(value)[0]}"],
@@ -585,7 +442,7 @@ def lint_exact_names(
         return lint.findings
     if single and "," in value:
         lint.add(
-            IFNAME_MULTIPLE,
+            "ifname-multiple",
             f"{lint.shown}: {variable} takes exactly one interface name",
             [f"{program} looks up an interface literally named {value!r}"],
             lint.fix(f"keep one name, {example}"),
@@ -597,7 +454,7 @@ def lint_exact_names(
         if ip is not None:
             name = _owner_of(ip, owner)
             lint.add(
-                IFNAME_IP_ADDRESS,
+                "ifname-ip-address",
                 f"{lint.shown}: {piece!r} is an IP address; {variable} takes interface names"
                 + (f" (did you mean {name}?)" if name else ""),
                 [f"{ip} is held by {name}"] if name else [],
@@ -609,7 +466,7 @@ def lint_exact_names(
                       "match prefixes"] if prefixed else []
             what = f"no interface named {piece!r}" if piece else "an empty interface name"
             lint.add(
-                IFNAME_NO_SUCH_INTERFACE,
+                "ifname-no-such-interface",
                 f"{lint.shown}: {what} ({program} needs exact names)",
                 [*detail, have],
                 lint.fix(f"name an existing interface, {example}"),
@@ -620,7 +477,7 @@ def lint_exact_names(
     if bad:
         listed = ", ".join(f"{n} ({why})" for n, why in bad)
         lint.add(
-            FILTER_SELECTS_AVOIDED, f"{lint.shown} selects {listed}", [have],
+            "filter-selects-avoided", f"{lint.shown} selects {listed}", [have],
             lint.fix(f"name the cluster interface instead, {example}"),
         )
     return lint.findings

@@ -1,8 +1,8 @@
 """The interface NCCL bootstraps on: NCCL's own answer when it can be asked, else our prediction.
 
-:func:`bootstrap_report` asks the NCCL library this node would load (see
-:mod:`clusterenv.nccl.probe`) under the environment as it stands and under the plan, in one
-subprocess, and sets each answer beside :func:`~clusterenv.nccl.interface.predict_bootstrap`.
+:func:`choose` sets NCCL's answer under one environment (asked through
+:mod:`clusterenv.nccl.probe`, by ``doctor`` under the environment as it stands and under the
+plan, in one subprocess) beside :func:`~clusterenv.nccl.interface.predict_bootstrap`.
 Where the two disagree our model of NCCL is wrong for that NCCL version: doctor reports it
 (``nccl-bootstrap-disagrees``) and every other check trusts NCCL's answer.
 """
@@ -49,7 +49,7 @@ PREDICTION = "prediction"
 """``by`` of a choice that comes from our model, not from NCCL."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BootstrapChoice:
     """The interface NCCL bootstraps on under one environment, and who says so.
 
@@ -135,14 +135,20 @@ def choose(facts: Facts, answer: NcclAnswer | None, note: str) -> BootstrapChoic
     comm_id = comm[0] if comm is not None else None
     if answer is not None and answer.answered:
         lines = tuple(line.strip() for line in answer.log if "Bootstrap" in line)
-        return BootstrapChoice(answer.interface, answer.address, answer.by, p_name, p_address,
-                               ifname, comm_id, "", unpredictable, lines)
+        return BootstrapChoice(
+            interface=answer.interface, address=answer.address, by=answer.by,
+            predicted_interface=p_name, predicted_address=p_address, ifname=ifname,
+            comm_id=comm_id, unpredictable=unpredictable, log=lines,
+        )
     if answer is not None and answer.error:
         note = f"NCCL did not answer: {answer.error}"
     if unpredictable:
         note = f"no prediction: {unpredictable}; {note}"
-    return BootstrapChoice(p_name, p_address, PREDICTION, p_name, p_address, ifname, comm_id,
-                           note, unpredictable)
+    return BootstrapChoice(
+        interface=p_name, address=p_address, by=PREDICTION, predicted_interface=p_name,
+        predicted_address=p_address, ifname=ifname, comm_id=comm_id, note=note,
+        unpredictable=unpredictable,
+    )
 
 
 def ask_one(

@@ -1,5 +1,5 @@
-"""RDMA: which ports ``NCCL_IB_HCA`` lists, the RoCE GID index, and the checks of failure modes
-FM-07 to FM-09, FM-25 and FM-27 to FM-30 of the catalogue.
+"""RDMA: which ports ``NCCL_IB_HCA`` lists, the RoCE GID index, and the lint of the RDMA
+variables the user set.
 
 A port is listed when it is ACTIVE, its device opens (``/dev/infiniband/uverbsN``), NCCL's own
 IB transport can drive it (InfiniBand or RoCE, not EFA), and it is on the cluster fabric: not on
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from clusterenv._facts import Facts, Proposal, with_origin
 from clusterenv.filters import IB_HCA, lint_filter, parse_filter, render_exact
 from clusterenv.findings import Finding
+from clusterenv.nccl.interface import rate_by_consequence, socket_interfaces
+from clusterenv.nccl.paths import transport
 from clusterenv.nccl.roce import gid_plan, gid_setting_findings, gid_value_findings
 from clusterenv.nccl.version import versions_text
 from clusterenv.rdma import RdmaDevice, RdmaPort, port_transport
@@ -204,6 +206,10 @@ def _hca_value(facts: Facts, value: str, origin: str) -> list[Finding]:
         ports=[(d.name, p.number) for d, p in nccl_ports(facts)], avoid=selection.avoid,
         suggest=suggest,
     )
+    # An HCA list that selects nothing sends the data over sockets: slower when they reach
+    # the other nodes, a hang when one of them does not.
+    if transport(facts)[0] == "sockets":
+        findings = rate_by_consequence(facts, findings, socket_interfaces(facts))
     return with_origin(findings, origin)
 
 
@@ -246,7 +252,7 @@ def _ib_disabled(facts: Facts, value: str, origin: str) -> list[Finding]:
 
 
 def rdma_value_findings(facts: Facts) -> list[tuple[str, Finding]]:
-    """Lint the RDMA variables the user set (FM-07, FM-08, FM-09, FM-27, FM-28)."""
+    """Lint the RDMA variables the user set."""
     out: list[tuple[str, Finding]] = []
     checks = (("NCCL_IB_HCA", _hca_value), ("NCCL_IB_GID_INDEX", _gid_value),
               ("NCCL_IB_DISABLE", _ib_disabled),

@@ -1,6 +1,6 @@
 """Socket interfaces: which interface the plan names in ``NCCL_SOCKET_IFNAME``,
-``GLOO_SOCKET_IFNAME`` and ``TP_SOCKET_IFNAME``, and the lint of the values the user set there
-(failure modes FM-02 to FM-06 and FM-11). Doctor's checks of the unset case live in
+``GLOO_SOCKET_IFNAME`` and ``TP_SOCKET_IFNAME``, and the lint of the values the user set there.
+Doctor's checks of the unset case live in
 :mod:`clusterenv.diagnosis.network`.
 
 Runpod's knowledge (``eth0`` and 172.x are management) enters only through
@@ -11,6 +11,7 @@ matched; elsewhere the same rules run on evidence alone.
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from clusterenv._facts import Facts, Proposal, with_origin
@@ -24,12 +25,13 @@ from clusterenv.filters import (
     render_exact,
 )
 from clusterenv.findings import Finding
-from clusterenv.network import primary_variable as network_primary_variable
+from clusterenv.nccl.paths import data_consequence
 
 if TYPE_CHECKING:
     from clusterenv._values import IPAddress
 
 __all__ = [
+    "MAX_SOCKET_DEVICES",
     "SOCKET_FAMILIES",
     "bootstrap_unpredictable",
     "comm_id_address",
@@ -37,6 +39,8 @@ __all__ = [
     "planned_socket_ifname",
     "predict_bootstrap",
     "primary_variable",
+    "rate_by_consequence",
+    "socket_interfaces",
     "socket_plan",
     "socket_value_findings",
     "usable_cluster_interface",
@@ -45,9 +49,9 @@ _SOCKET_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNA
 
 
 def primary_variable(facts: Facts) -> str:
-    """The variable a message names for the rendezvous address (:func:`network.primary_variable
-    <clusterenv.network.primary_variable>` on these facts)."""
-    return network_primary_variable(facts.source, facts.environ)
+    """The variable the rendezvous address was read from (``ClusterConfig.primary_variable``),
+    e.g. ``"PRIMARY_ADDR"``; ``"MASTER_ADDR"`` when the contract is invalid."""
+    return facts.config.primary_variable if facts.config is not None else "MASTER_ADDR"
 
 
 def usable_cluster_interface(facts: Facts) -> str | None:
@@ -62,6 +66,21 @@ def usable_cluster_interface(facts: Facts) -> str | None:
 def planned_socket_ifname(facts: Facts, name: str) -> str:
     """``ens1``, or ``=ens1`` when another interface here starts with ``ens1`` (``ens10``)."""
     return render_exact([name]) if needs_exact(name, facts.network.names) else name
+
+
+#: NCCL's ``MAX_IFS``: the most interfaces its socket transport uses.
+MAX_SOCKET_DEVICES = 16
+
+
+def socket_interfaces(facts: Facts) -> tuple[str, ...]:
+    """The interfaces NCCL's socket transport uses, in NCCL's order: those
+    ``NCCL_SOCKET_IFNAME`` selects (NCCL's default when unset or one character), at most 16.
+    The first is the bootstrap interface by NCCL's rules (``NCCL_COMM_ID`` aside)."""
+    value = facts.user_value("NCCL_SOCKET_IFNAME")
+    parsed = parse_filter(value[0]) if value is not None and len(value[0]) > 1 else None
+    if parsed is None:
+        return nccl_default_choice(facts)[:MAX_SOCKET_DEVICES]
+    return parsed.select_interfaces(facts.kernel_order)[:MAX_SOCKET_DEVICES]
 
 
 def nccl_default_choice(facts: Facts) -> tuple[str, ...]:
@@ -227,6 +246,27 @@ def socket_plan(facts: Facts) -> tuple[list[Proposal], list[Finding], list[str]]
     return proposals, [], []
 
 
+#: Findings about interfaces a socket setting selects or leaves eligible, which the consequence
+#: of those interfaces rates (:func:`rate_by_consequence`).
+_RATED = frozenset({"filter-selects-avoided", "filter-leaves-avoided", "filter-matches-nothing"})
+
+
+def rate_by_consequence(
+    facts: Facts, findings: list[Finding], interfaces: tuple[str, ...]
+) -> list[Finding]:
+    """``findings`` about a setting whose effect is that NCCL's socket transport uses
+    ``interfaces``, each rated by what that costs (:func:`~clusterenv.nccl.paths.
+    data_consequence`): an error, naming the consequence, when bootstrap or data would cross an
+    interface that does not reach the other nodes; as rated by the lint otherwise."""
+    if not facts.multi_node:
+        return findings
+    severity, why = data_consequence(facts, interfaces)
+    if severity != "error":
+        return findings
+    return [replace(f, severity="error", title=f"{f.title}: {why}") if f.code in _RATED
+            and f.severity != "error" else f for f in findings]
+
+
 def _not_cluster(facts: Facts, variable: str, value: str, used: str, cluster: str) -> Finding:
     return Finding.of(
         "ifname-not-cluster",
@@ -238,7 +278,7 @@ def _not_cluster(facts: Facts, variable: str, value: str, used: str, cluster: st
 
 
 def socket_value_findings(facts: Facts) -> list[tuple[str, Finding]]:
-    """Lint the socket variables the user set, against this host (FM-02 to FM-06, FM-11)."""
+    """Lint the socket variables the user set, against this host."""
     cluster = usable_cluster_interface(facts)
     out: list[tuple[str, Finding]] = []
     for variable in _SOCKET_VARIABLES:
@@ -254,6 +294,7 @@ def socket_value_findings(facts: Facts) -> list[tuple[str, Finding]]:
             )
             parsed = parse_filter(value)
             selected = parsed.select_interfaces(facts.kernel_order) if parsed else ()
+            findings = rate_by_consequence(facts, findings, socket_interfaces(facts))
         else:
             findings = lint_exact_names(
                 value, variable=variable, names=facts.network.names,

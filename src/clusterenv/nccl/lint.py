@@ -1,6 +1,5 @@
 """Checks on NCCL and PyTorch variables alone: deprecated names, leftover debug knobs, switches
-that hide failures (failure modes FM-23, FM-24, FM-26, FM-33 of the catalogue), RDMA settings
-outside what the hardware accepts.
+that hide failures, RDMA settings outside what the hardware accepts.
 
 Each check returns ``(variable, Finding)`` pairs: the plan keeps every such variable (clusterenv
 never changes them) and warns about it; ``doctor`` shows the findings.

@@ -135,11 +135,6 @@ class NcclPlan:
         """The user's values that stay."""
         return tuple(c for c in self.changes if c.action == "keep")
 
-    @property
-    def nothing_to_do(self) -> bool:
-        """True when applying the plan changes no variable."""
-        return not self.env
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data: the fields above, plus ``env``."""
         return json_fields(self, env=self.env)

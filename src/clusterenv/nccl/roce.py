@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from clusterenv._facts import Facts, Proposal
-from clusterenv.findings import Finding, Severity
+from clusterenv.findings import Code, Finding, Severity
 from clusterenv.nccl.gid import (
     AUTO_SINCE,
     GID_VARIABLES,
@@ -46,7 +46,7 @@ _INTEGER = re.compile(r"\s*[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+)\s*")
 Lookup = Callable[[str], str | None]
 
 #: Finding code per reason a chosen GID cannot reach other nodes.
-GID_PROBLEM_CODES: Mapping[str, str] = {
+GID_PROBLEM_CODES: Mapping[str, Code] = {
     "link-local": "ib-gid-link-local",
     "missing": "ib-gid-missing",
     "roce-v1": "ib-gid-roce-v1",

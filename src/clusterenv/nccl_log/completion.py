@@ -21,13 +21,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clusterenv.findings import Finding
+from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.model import LogMessage, NcclLog
 
 __all__ = ["CODE", "WC_STATUSES", "WcStatus", "completion_findings", "parse_completion"]
 
 #: The finding code of :func:`completion_findings`.
-CODE = "log-ib-completion-error"
+CODE: Code = "log-ib-completion-error"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 
-from clusterenv.findings import Finding, Severity
+from clusterenv.findings import Code, Finding, Severity
 from clusterenv.nccl_log.model import LogMessage, NcclLog, RankInfo, SocketEndpoint, parse_ip
 
 __all__ = [
@@ -38,7 +38,7 @@ _TUNNELS = ("ip6tnl", "ip6gre", "gretap", "gre", "sit", "tun", "tap", "tunl", "i
 _DOCKER_LIKE = ipaddress.ip_network("172.16.0.0/12")
 
 
-def finding(code: str, severity: Severity, title: str, evidence: Iterable[str],
+def finding(code: Code, severity: Severity, title: str, evidence: Iterable[str],
             fix: str) -> Finding:
     """:meth:`Finding.of` a registered ``code`` with the severity this case has."""
     return Finding.of(code, title, tuple(evidence), fix, severity=severity)

@@ -397,7 +397,8 @@ def _collect(environ: Mapping[str, str], root: Root) -> tuple[Fingerprint, Facts
     from clusterenv import __version__  # noqa: PLC0415
     from clusterenv.diagnosis import diagnose_with_plan  # noqa: PLC0415  # the check catalogue
 
-    findings, _, facts = diagnose_with_plan(environ=environ, root=root)
+    diagnosis = diagnose_with_plan(environ=environ, root=root, ask_nccl=False)
+    findings, facts = list(diagnosis.findings), diagnosis.facts
     errors = [f for f in findings if f.severity == "error"][:_MAX_ITEMS]
     config = facts.config
     interface, reason = facts.cluster_choice

@@ -11,17 +11,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from clusterenv._root import Root
 from clusterenv._shell import export
 from clusterenv._values import parse_decimal, parse_host, parse_ip
 from clusterenv.errors import ConfigProblem
-from clusterenv.findings import Finding
+from clusterenv.findings import Code, Finding
 
 __all__ = [
     "DEFAULT_PORT",
     "EnvReader",
+    "Named",
     "NodeFacts",
     "Reading",
     "Source",
@@ -41,6 +42,10 @@ class Reading:
     notes: list[Finding] = field(default_factory=list)
     #: Values as given, for checks that compare spellings (``HOST_NODE_ADDR``).
     raw: dict[str, str] = field(default_factory=dict)
+    #: The variables the rendezvous address was read from, the one used first, e.g.
+    #: ``("PRIMARY_ADDR", "MASTER_ADDR")``; empty when the source derived it (a Slurm node
+    #: list, an MPI host list).
+    primary_variables: tuple[str, ...] = ()
 
 
 class EnvReader:
@@ -51,7 +56,7 @@ class EnvReader:
         self.reading = reading
 
     def problem(
-        self, variables: tuple[str, ...], message: str, fix: str = "", code: str = "config-invalid"
+        self, variables: tuple[str, ...], message: str, fix: str = "", code: Code = "config-invalid"
     ) -> None:
         """Record a problem."""
         self.reading.problems.append(ConfigProblem(variables, message, fix, code))
@@ -93,7 +98,7 @@ class EnvReader:
         return None, None
 
     def aliased(
-        self, *names: str, required: bool, what: str, example: str
+        self, *names: str, required: bool, what: str
     ) -> tuple[str, str] | None:
         """Read a value that may be spelled several ways (``PRIMARY_ADDR`` / ``MASTER_ADDR``).
 
@@ -132,7 +137,7 @@ class EnvReader:
         maximum: int | None = None,
     ) -> int | None:
         """Read a decimal integer (first spelling that is set; all spellings must agree)."""
-        found = self.aliased(*names, required=required, what=what, example=example)
+        found = self.aliased(*names, required=required, what=what)
         if found is None:
             return None
         name, value = found
@@ -193,12 +198,12 @@ class EnvReader:
         )
         return default if found is None and not self.any_set(*names) else found
 
-    def host(self, *names: str, required: bool, what: str, example: str) -> str | None:
+    def host(self, *names: str, required: bool, what: str) -> str | None:
         """Read a host: an IP address (IPv6 with or without brackets) or a DNS name."""
-        found = self.aliased(*names, required=required, what=what, example=example)
-        if found is None:
-            return None
-        name, value = found
+        found = self.aliased(*names, required=required, what=what)
+        return None if found is None else self._host(*found, what=what)
+
+    def _host(self, name: str, value: str, *, what: str) -> str | None:
         host = parse_host(value)
         if host is None:
             self.problem(
@@ -209,9 +214,17 @@ class EnvReader:
             )
         return host
 
-    def ip(self, name: str, *, required: bool, what: str, example: str) -> str | None:
+    def primary(self, *names: str, required: bool, what: str) -> str | None:
+        """Read the rendezvous address (:meth:`host`), noting which variable held it."""
+        found = self.aliased(*names, required=required, what=what)
+        if found is None:
+            return None
+        self.reading.primary_variables = tuple(n for n in names if self.get(n) is not None)
+        return self._host(*found, what=what)
+
+    def ip(self, name: str, *, required: bool, what: str) -> str | None:
         """Read a variable that must be an IP address (``NODE_ADDR``)."""
-        found = self.aliased(name, required=required, what=what, example=example)
+        found = self.aliased(name, required=required, what=what)
         if found is None:
             return None
         value = found[1]
@@ -242,6 +255,14 @@ def _same_value(a: str, b: str) -> bool:
     return a_num is not None and a_num == b_num
 
 
+class Named(NamedTuple):
+    """A value and the variable (or expression) it came from, e.g. ``Named("LOCAL_SIZE", 8)``
+    or ``Named("WORLD_SIZE / nodes", 2)``: a message can then name where the value came from."""
+
+    name: str
+    value: int
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """What a node-level source says about this node, used as evidence inside a worker.
@@ -250,19 +271,19 @@ class NodeFacts:
     """
 
     source: str
-    node_rank: tuple[str, int] | None = None
-    num_nodes: tuple[str, int] | None = None
-    per_node: tuple[str, int] | None = None
+    node_rank: Named | None = None
+    num_nodes: Named | None = None
+    per_node: Named | None = None
     primary: tuple[str, str] | None = None
 
 
-def plain_int(environ: Mapping[str, str], *names: str) -> tuple[str, int] | None:
+def plain_int(environ: Mapping[str, str], *names: str) -> Named | None:
     """The first of ``names`` holding a plain decimal integer, as ``(name, value)``; never
     records a problem (for evidence, not for the values a source is built from)."""
     for name in names:
         number = parse_decimal(environ.get(name))
         if number is not None:
-            return name, number
+            return Named(name, number)
     return None
 
 
@@ -271,8 +292,6 @@ class Source(ABC):
 
     #: The value of ``ClusterConfig.source`` this source produces, e.g. ``"runpod"``.
     name: ClassVar[str]
-    #: One line for docs and ``show``, e.g. ``"Runpod Instant Cluster"``.
-    description: ClassVar[str]
     #: ``"process"`` when it describes a launched worker (ranks), ``"node"`` otherwise.
     level: ClassVar[str] = "node"
     #: Who starts the processes, for messages (``"torchrun"``, ``"mpirun"``).
@@ -287,8 +306,17 @@ class Source(ABC):
         """Whether this environment looks like this source (never raises)."""
 
     @abstractmethod
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
-        """Read the config fields, collecting every problem instead of raising."""
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
+        """Read the config fields, collecting every problem instead of raising.
+
+        Args:
+            environ: The variables.
+            root: The host, for the few sources that count visible GPUs.
+            outer: What the node-level source around a worker says about its node (the
+                caller finds it), e.g. the node count a Lightning child cannot know itself.
+        """
 
     def reason(self, environ: Mapping[str, str]) -> str:
         """Why it matched, e.g. ``"TORCHELASTIC_RUN_ID is set"`` (for ``show`` and ``doctor``)."""

@@ -19,13 +19,9 @@ from __future__ import annotations
 
 import re
 
-from clusterenv.sources._base import EnvReader
+from clusterenv.sources._base import EnvReader, Named
 
 __all__ = ["Named", "finish_worker"]
-
-#: A value and the variable (or expression) it came from, e.g. ``("LOCAL_SIZE", 8)`` or
-#: ``("WORLD_SIZE / nodes", 2)``.
-Named = tuple[str, int]
 
 _VARIABLE = re.compile(r"\b[A-Z][A-Z0-9_]+\b")
 
@@ -59,38 +55,38 @@ def finish_worker(
         num_nodes: The node count, when the launcher gives it.
     """
     fields = env.reading.fields
-    if rank is not None and world is not None and rank[1] >= world[1]:
+    if rank is not None and world is not None and rank.value >= world.value:
         env.problem(
-            _variables(rank[0], world[0]),
-            f"{rank[0]}={rank[1]} is outside [0, {world[0]}={world[1]})",
-            f"let {launcher} set {rank[0]}; do not export it by hand",
+            _variables(rank.name, world.name),
+            f"{rank.name}={rank.value} is outside [0, {world.name}={world.value})",
+            f"let {launcher} set {rank.name}; do not export it by hand",
             "config-rank-range",
         )
-    if local_rank is not None and local_world is not None and local_rank[1] >= local_world[1]:
+    if local_rank is not None and local_world is not None and local_rank.value >= local_world.value:
         env.problem(
-            _variables(local_rank[0], local_world[0]),
-            f"{local_rank[0]}={local_rank[1]} is outside [0, {local_world[0]}="
-            f"{local_world[1]}): more processes run on this node than {launcher} says",
-            f"let {launcher} set {local_rank[0]}; do not export it by hand",
+            _variables(local_rank.name, local_world.name),
+            f"{local_rank.name}={local_rank.value} is outside [0, {local_world.name}="
+            f"{local_world.value}): more processes run on this node than {launcher} says",
+            f"let {launcher} set {local_rank.name}; do not export it by hand",
             "config-rank-range",
         )
     nodes: int | None = None
     if world is not None and local_world is not None:
-        total, per_node = world[1], local_world[1]
-        if num_nodes is not None and num_nodes[1] * per_node != total:
+        total, per_node = world.value, local_world.value
+        if num_nodes is not None and num_nodes.value * per_node != total:
             env.problem(
-                _variables(world[0], num_nodes[0], local_world[0]),
-                f"{world[0]}={total} but {num_nodes[0]}={num_nodes[1]} nodes x "
-                f"{local_world[0]}={per_node} processes on this node = "
-                f"{num_nodes[1] * per_node}: the nodes run different numbers of processes, "
+                _variables(world.name, num_nodes.name, local_world.name),
+                f"{world.name}={total} but {num_nodes.name}={num_nodes.value} nodes x "
+                f"{local_world.name}={per_node} processes on this node = "
+                f"{num_nodes.value * per_node}: the nodes run different numbers of processes, "
                 "and clusterenv needs the same number on every node",
                 f"start the same number of processes on every node with {launcher}",
                 "config-uneven-nodes",
             )
         elif num_nodes is None and total % per_node:
             env.problem(
-                _variables(world[0], local_world[0]),
-                f"{world[0]}={total} is not a multiple of {local_world[0]}={per_node}: the "
+                _variables(world.name, local_world.name),
+                f"{world.name}={total} is not a multiple of {local_world.name}={per_node}: the "
                 "nodes run different numbers of processes, and clusterenv needs the same "
                 "number on every node",
                 f"start the same number of processes on every node with {launcher}",
@@ -99,43 +95,45 @@ def finish_worker(
         else:
             nodes = total // per_node
     elif num_nodes is not None:
-        nodes = num_nodes[1]
+        nodes = num_nodes.value
     if node_rank is None and rank is not None and local_world is not None:
-        if local_rank is not None and rank[1] % local_world[1] != local_rank[1]:
+        if local_rank is not None and rank.value % local_world.value != local_rank.value:
             env.problem(
-                _variables(rank[0], local_rank[0], local_world[0]),
-                f"{rank[0]}={rank[1]} with {local_rank[0]}={local_rank[1]} and "
-                f"{local_world[0]}={local_world[1]}: consecutive ranks are not on the same "
-                f"node, so this node's index cannot be derived as {rank[0]} // "
-                f"{local_world[0]}",
+                _variables(rank.name, local_rank.name, local_world.name),
+                f"{rank.name}={rank.value} with {local_rank.name}={local_rank.value} and "
+                f"{local_world.name}={local_world.value}: consecutive ranks are not on the same "
+                f"node, so this node's index cannot be derived as {rank.name} // "
+                f"{local_world.name}",
                 "place consecutive ranks on the same node (mpirun --map-by slot, "
                 "srun --distribution=block)",
                 "config-rank-layout",
             )
         else:
-            node_rank = (f"{rank[0]} // {local_world[0]}", rank[1] // local_world[1])
+            node_rank = Named(f"{rank.name} // {local_world.name}",
+                              rank.value // local_world.value)
     elif (
         node_rank is not None
         and rank is not None
         and local_rank is not None
         and local_world is not None
         and nodes is not None
-        and rank[1] != node_rank[1] * local_world[1] + local_rank[1]
+        and rank.value != node_rank.value * local_world.value + local_rank.value
         and not env.reading.problems
     ):
         env.problem(
-            _variables(rank[0], node_rank[0], local_world[0], local_rank[0]),
-            f"{rank[0]}={rank[1]} is not {node_rank[0]}={node_rank[1]} x {local_world[0]}="
-            f"{local_world[1]} + {local_rank[0]}={local_rank[1]}: consecutive ranks are not on "
-            "the same node, and every node's list of ranks would be wrong",
+            _variables(rank.name, node_rank.name, local_world.name, local_rank.name),
+            f"{rank.name}={rank.value} is not {node_rank.name}={node_rank.value} x "
+            f"{local_world.name}={local_world.value} + {local_rank.name}={local_rank.value}: "
+            "consecutive ranks are not on the same node, and every node's list of ranks would be "
+            "wrong",
             "place consecutive ranks on the same node (srun --distribution=block, "
             "mpirun --map-by slot)",
             "config-rank-layout",
         )
-    fields["node_rank"] = None if node_rank is None else node_rank[1]
+    fields["node_rank"] = None if node_rank is None else node_rank.value
     fields["num_nodes"] = nodes
-    fields["num_trainers"] = None if local_world is None else local_world[1]
-    fields["world_size"] = None if world is None else world[1]
+    fields["num_trainers"] = None if local_world is None else local_world.value
+    fields["world_size"] = None if world is None else world.value
     if (
         rank is not None
         and local_rank is not None
@@ -143,7 +141,7 @@ def finish_worker(
         and not env.reading.problems
     ):
         fields["process"] = {
-            "rank": rank[1],
-            "local_rank": local_rank[1],
-            "local_world_size": local_world[1],
+            "rank": rank.value,
+            "local_rank": local_rank.value,
+            "local_world_size": local_world.value,
         }

@@ -28,6 +28,7 @@ from clusterenv._values import parse_host, split_host_port
 from clusterenv.sources._base import (
     DEFAULT_PORT,
     EnvReader,
+    NodeFacts,
     Reading,
     Source,
 )
@@ -55,14 +56,15 @@ class SageMakerSource(Source):
     """An AWS SageMaker training container (``SM_HOSTS``, ``SM_CURRENT_HOST``)."""
 
     name: ClassVar[str] = "sagemaker"
-    description: ClassVar[str] = "an AWS SageMaker training container"
     markers: ClassVar[tuple[str, ...]] = ("SM_HOSTS", "SM_CURRENT_HOST")
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """``SM_HOSTS`` and ``SM_CURRENT_HOST`` are set."""
         return all(environ.get(n) for n in self.markers)
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the host list and this host's place in it."""
         reading = Reading()
         env = EnvReader(environ, reading)
@@ -77,8 +79,8 @@ class SageMakerSource(Source):
                         "of host names", "let SageMaker set it", "config-invalid")
             hosts = None
         if env.any_set("SM_MASTER_ADDR"):
-            fields["primary_addr"] = env.host("SM_MASTER_ADDR", required=True,
-                                              what="the master host", example="<algo-1>")
+            fields["primary_addr"] = env.primary("SM_MASTER_ADDR", required=True,
+                                              what="the master host")
             fields["node_rank"] = env.integer(
                 "SM_CURRENT_HOST_RANK", required=True, what="this host's rank",
                 example="<host rank>",
@@ -114,14 +116,15 @@ class VertexSource(Source):
     """A Vertex AI custom training replica (``CLUSTER_SPEC``)."""
 
     name: ClassVar[str] = "vertex"
-    description: ClassVar[str] = "a Google Vertex AI training replica"
     markers: ClassVar[tuple[str, ...]] = ("CLUSTER_SPEC",)
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """``CLUSTER_SPEC`` is set."""
         return bool(environ.get("CLUSTER_SPEC"))
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the worker pools and this replica's task."""
         reading = Reading()
         env = EnvReader(environ, reading)
@@ -173,21 +176,21 @@ class PaiDlcSource(Source):
     """Alibaba PAI-DLC (``WORLD_SIZE`` = nodes, ``RANK`` = node index); only when forced."""
 
     name: ClassVar[str] = "paidlc"
-    description: ClassVar[str] = "an Alibaba Cloud PAI-DLC PyTorch job (only when forced)"
     auto: ClassVar[bool] = False
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """Never detected: its names mean processes in every other source."""
         return False
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read PAI-DLC's node-level names."""
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        fields["primary_addr"] = env.host("MASTER_ADDR", required=True,
-                                          what="the master node's service name",
-                                          example="<the master's address>")
+        fields["primary_addr"] = env.primary("MASTER_ADDR", required=True,
+                                          what="the master node's service name")
         fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)
         fields["node_addr"] = None
         fields["node_rank"] = env.integer("RANK", required=True,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import EnvReader, Reading, Source
+from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named, finish_worker
 
 __all__ = ["DeepSpeedSource"]
@@ -24,14 +24,13 @@ _DEEPSPEED = ("LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
 
 
 def _named(name: str, value: int | None) -> Named | None:
-    return None if value is None else (name, value)
+    return None if value is None else Named(name, value)
 
 
 class DeepSpeedSource(Source):
     """A DeepSpeed launcher worker (``RANK``, ``LOCAL_RANK`` and ``LOCAL_SIZE``/``CROSS_*``)."""
 
     name: ClassVar[str] = "deepspeed"
-    description: ClassVar[str] = "a worker process started by the DeepSpeed launcher"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "the deepspeed launcher"
     markers: ClassVar[tuple[str, ...]] = ("RANK", "LOCAL_RANK", *_DEEPSPEED)
@@ -44,23 +43,23 @@ class DeepSpeedSource(Source):
             and any(environ.get(n) for n in _DEEPSPEED)
         )
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the worker's variables under DeepSpeed's names."""
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        fields["primary_addr"] = env.host(
+        fields["primary_addr"] = env.primary(
             "MASTER_ADDR",
             required=True,
             what="the rendezvous address the deepspeed launcher gave this process",
-            example="<rank 0's address>",
         )
         fields["primary_port"] = env.port("MASTER_PORT", required=True)
         fields["node_addr"] = env.ip(
             "NODE_ADDR",
             required=False,
             what="this node's cluster address",
-            example="<this node's IP>",
         )
         counts = {
             "RANK": ("this process's global rank", 0),

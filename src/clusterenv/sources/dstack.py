@@ -24,7 +24,6 @@ class DstackSource(Source):
     """A dstack task node (``DSTACK_NODE_RANK``)."""
 
     name: ClassVar[str] = "dstack"
-    description: ClassVar[str] = "a dstack task"
     markers: ClassVar[tuple[str, ...]] = ("DSTACK_NODE_RANK", "DSTACK_MASTER_NODE_IP")
 
     def matches(self, environ: Mapping[str, str]) -> bool:
@@ -39,19 +38,20 @@ class DstackSource(Source):
             self.name,
             node_rank=plain_int(environ, "DSTACK_NODE_RANK"),
             num_nodes=plain_int(environ, "DSTACK_NODES_NUM"),
-            per_node=gpus if gpus is not None and gpus[1] > 0 else None,
+            per_node=gpus if gpus is not None and gpus.value > 0 else None,
             primary=("DSTACK_MASTER_NODE_IP", master) if master else None,
         )
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read dstack's variables."""
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        fields["primary_addr"] = env.host(
+        fields["primary_addr"] = env.primary(
             "DSTACK_MASTER_NODE_IP", required=True,
             what="job 0's internal IP (empty while dstack does not know it yet)",
-            example="<the master node's IP>",
         )
         fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)
         rank = env.integer("DSTACK_NODE_RANK", required=True, what="this node's rank",

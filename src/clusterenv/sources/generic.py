@@ -31,7 +31,6 @@ class GenericSource(Source):
     """Any environment with ``MASTER_ADDR`` set (and no Runpod variables)."""
 
     name: ClassVar[str] = "generic"
-    description: ClassVar[str] = "generic MASTER_ADDR/MASTER_PORT environment"
 
     markers: ClassVar[tuple[str, ...]] = ("MASTER_ADDR",)
 
@@ -52,20 +51,21 @@ class GenericSource(Source):
             return None
         return facts
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the generic variables, deriving what is missing."""
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        fields["primary_addr"] = env.host(
+        fields["primary_addr"] = env.primary(
             "MASTER_ADDR",
             required=True,
             what="the rendezvous (rank 0) address",
-            example="10.65.0.2",
         )
         fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)
         fields["node_addr"] = env.ip(
-            "NODE_ADDR", required=False, what="this node's cluster address", example="10.65.0.3"
+            "NODE_ADDR", required=False, what="this node's cluster address"
         )
         node_rank = _count(
             env, "NODE_RANK", "PET_NODE_RANK", what="this node's index", example="0", minimum=0
@@ -129,7 +129,7 @@ class GenericSource(Source):
 
 def _count(env: EnvReader, *names: str, what: str, example: str, minimum: int) -> int | None:
     """An integer that torchrun may spell as ``PET_*``; ``PET_NNODES`` may be a fixed range."""
-    found = env.aliased(*names, required=False, what=what, example=example)
+    found = env.aliased(*names, required=False, what=what)
     if found is None:
         return None
     name, value = found

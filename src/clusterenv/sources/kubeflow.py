@@ -32,7 +32,6 @@ class KubeflowSource(Source):
     """A Kubeflow PyTorchJob (v1) or TrainJob (v2) pod."""
 
     name: ClassVar[str] = "kubeflow"
-    description: ClassVar[str] = "a Kubeflow PyTorchJob or TrainJob pod"
     markers: ClassVar[tuple[str, ...]] = ("PET_NNODES", "PET_NPROC_PER_NODE",
                                           "KUBERNETES_SERVICE_HOST")
 
@@ -52,16 +51,18 @@ class KubeflowSource(Source):
             per_node=plain_int(environ, "PET_NPROC_PER_NODE"),
         )
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the pod's ``PET_*`` (and v1's duplicates, which must agree)."""
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
         endpoint = env.get("PET_RDZV_ENDPOINT")
         if env.any_set("PET_MASTER_ADDR", "MASTER_ADDR") or endpoint is None:
-            fields["primary_addr"] = env.host(
+            fields["primary_addr"] = env.primary(
                 "PET_MASTER_ADDR", "MASTER_ADDR", required=True,
-                what="the master pod's service name", example="<the master pod's address>",
+                what="the master pod's service name",
             )
             fields["primary_port"] = env.port("PET_MASTER_PORT", "MASTER_PORT", required=True)
         else:

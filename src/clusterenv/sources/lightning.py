@@ -24,8 +24,8 @@ from typing import ClassVar
 
 from clusterenv._root import Root
 from clusterenv._values import is_loopback_host
-from clusterenv.sources._base import EnvReader, Reading, Source
-from clusterenv.sources._process import finish_worker
+from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
+from clusterenv.sources._process import Named, finish_worker
 
 __all__ = ["LightningSource"]
 
@@ -34,7 +34,6 @@ class LightningSource(Source):
     """A Lightning-spawned process: ``LOCAL_RANK``, ``NODE_RANK``, ``WORLD_SIZE``, no ``RANK``."""
 
     name: ClassVar[str] = "lightning"
-    description: ClassVar[str] = "a process started by Lightning's launcher (python train.py)"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "Lightning"
     markers: ClassVar[tuple[str, ...]] = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE")
@@ -50,18 +49,17 @@ class LightningSource(Source):
         """Which variables matched, and that ``RANK`` is missing."""
         return "LOCAL_RANK, NODE_RANK and WORLD_SIZE are set, RANK is not"
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
-        """Read the child's variables; the node count from loopback or outer evidence."""
-        from clusterenv.sources import outer_facts  # noqa: PLC0415  # the registry imports us
-
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
+        """Read the child's variables; the node count from loopback or ``outer`` evidence."""
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        primary = env.host(
+        primary = env.primary(
             "MASTER_ADDR",
             required=True,
             what="the rendezvous address Lightning gave this process",
-            example="<the primary's address>",
         )
         fields["primary_addr"] = primary
         fields["primary_port"] = env.port("MASTER_PORT", required=True)
@@ -69,7 +67,6 @@ class LightningSource(Source):
             "NODE_ADDR",
             required=False,
             what="this node's cluster address",
-            example="<this node's IP>",
         )
         local_rank = env.integer(
             "LOCAL_RANK", required=True, what="this process's rank on its node", example="0"
@@ -84,13 +81,11 @@ class LightningSource(Source):
             example="<devices x num_nodes>",
             minimum=1,
         )
-        nodes: tuple[str, int] | None = None
+        nodes: Named | None = None
         if primary is not None and is_loopback_host(primary):
-            nodes = ("MASTER_ADDR (loopback: one machine)", 1)
-        else:
-            facts = outer_facts(environ, exclude=self.name)
-            if facts is not None and facts.num_nodes is not None:
-                nodes = facts.num_nodes
+            nodes = Named("MASTER_ADDR (loopback: one machine)", 1)
+        elif outer is not None and outer.num_nodes is not None:
+            nodes = outer.num_nodes
         if nodes is None:
             if primary is not None:
                 env.problem(
@@ -105,30 +100,30 @@ class LightningSource(Source):
                 )
             return reading
         per_node = None
-        if world is not None and nodes[1] >= 1:  # NUM_NODES=0 is the outer source's problem
-            if world % nodes[1]:
+        if world is not None and nodes.value >= 1:  # NUM_NODES=0 is the outer source's problem
+            if world % nodes.value:
                 env.problem(
-                    ("WORLD_SIZE", nodes[0].split(" ")[0]),
+                    ("WORLD_SIZE", nodes.name.split(" ")[0]),
                     f"WORLD_SIZE={world} (Lightning's devices x num_nodes) is not a multiple of "
-                    f"{nodes[0]}={nodes[1]} nodes: Lightning's num_nodes does not match the "
+                    f"{nodes.name}={nodes.value} nodes: Lightning's num_nodes does not match the "
                     "cluster",
-                    f"pass num_nodes={nodes[1]} to the Trainer or Fabric",
+                    f"pass num_nodes={nodes.value} to the Trainer or Fabric",
                     "config-uneven-nodes",
                 )
                 return reading
-            per_node = ("WORLD_SIZE / nodes", world // nodes[1])
+            per_node = Named("WORLD_SIZE / nodes", world // nodes.value)
         rank = None
         if per_node is not None and local_rank is not None and node_rank is not None:
-            rank = ("NODE_RANK * (WORLD_SIZE / nodes) + LOCAL_RANK",
-                    node_rank * per_node[1] + local_rank)
+            rank = Named("NODE_RANK * (WORLD_SIZE / nodes) + LOCAL_RANK",
+                         node_rank * per_node.value + local_rank)
         finish_worker(
             env,
             launcher=self.launcher,
             rank=rank,
-            local_rank=None if local_rank is None else ("LOCAL_RANK", local_rank),
-            world=None if world is None else ("WORLD_SIZE", world),
+            local_rank=None if local_rank is None else Named("LOCAL_RANK", local_rank),
+            world=None if world is None else Named("WORLD_SIZE", world),
             local_world=per_node,
-            node_rank=None if node_rank is None else ("NODE_RANK", node_rank),
+            node_rank=None if node_rank is None else Named("NODE_RANK", node_rank),
             num_nodes=nodes,
         )
         return reading

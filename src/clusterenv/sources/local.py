@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
-from clusterenv.sources._base import DEFAULT_PORT, Reading, Source
+from clusterenv.sources._base import DEFAULT_PORT, NodeFacts, Reading, Source
 
 __all__ = ["LOCAL_PRIMARY", "LocalSource"]
 
@@ -19,13 +19,14 @@ class LocalSource(Source):
     """One node, rank 0, primary ``127.0.0.1:29500``, one process per visible GPU (else 1)."""
 
     name: ClassVar[str] = "local"
-    description: ClassVar[str] = "this machine alone (no cluster variables set)"
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """Always: the last resort."""
         return True
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """The local default; never a problem."""
         trainers = visible_gpu_count(environ, root) or 1
         return Reading(

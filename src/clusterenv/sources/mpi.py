@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import DEFAULT_PORT, EnvReader, Reading, Source
+from clusterenv.sources._base import DEFAULT_PORT, EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named, finish_worker
 from clusterenv.sources.local import LOCAL_PRIMARY
 from clusterenv.sources.slurm import slurm_primary, slurm_tasks_per_node
@@ -53,7 +53,6 @@ class MpiSource(Source):
     """An MPI rank (Open MPI, MVAPICH, MPICH/Hydra): a rank and a size are set."""
 
     name: ClassVar[str] = "mpi"
-    description: ClassVar[str] = "a rank started by an MPI launcher (mpirun, mpiexec)"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "mpirun"
 
@@ -68,7 +67,9 @@ class MpiSource(Source):
             return "forced"
         return f"{family[1]} and {family[2]} are set ({family[0]})"
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the rank; derive the node index and count; find a rendezvous."""
         reading = Reading()
         env = EnvReader(environ, reading)
@@ -91,20 +92,20 @@ class MpiSource(Source):
                 local_size_name, required=True, what="the ranks on this node",
                 example="<ranks on this node>", minimum=1,
             )
-            local_rank = None if found is None else (local_name or local_names[0], found)
-            local_size = None if count is None else (local_size_name, count)
+            local_rank = None if found is None else Named(local_name or local_names[0], found)
+            local_size = None if count is None else Named(local_size_name, count)
         elif env.get("SLURM_LOCALID") is not None:  # Slurm PMI-2: Slurm knows the node
             found = env.integer(
                 "SLURM_LOCALID", required=True, what="this task's index on the node",
                 example="<local rank>",
             )
-            local_rank = None if found is None else ("SLURM_LOCALID", found)
+            local_rank = None if found is None else Named("SLURM_LOCALID", found)
             listed = slurm_tasks_per_node(env)
             node = env.integer(
                 "SLURM_NODEID", required=True, what="this node's index", example="<node index>"
             )
             if listed is not None and node is not None and node < len(listed[1]):
-                local_size = (listed[0], listed[1][node])
+                local_size = Named(listed[0], listed[1][node])
         if local_size is None and not reading.problems:
             env.problem(
                 (local_size_name,),
@@ -126,19 +127,17 @@ class MpiSource(Source):
         finish_worker(
             env,
             launcher=self.launcher,
-            rank=None if rank is None else (rank_name, rank),
+            rank=None if rank is None else Named(rank_name, rank),
             local_rank=local_rank,
-            world=None if size is None else (size_name, size),
+            world=None if size is None else Named(size_name, size),
             local_world=local_size,
         )
         fields["node_addr"] = env.ip(
             "NODE_ADDR", required=False, what="this node's cluster address",
-            example="<this node's IP>",
         )
         fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)
         primary = env.host(
             "MASTER_ADDR", required=False, what="the rendezvous address (rank 0's host)",
-            example="<rank 0's host address>",
         )
         if primary is None and not env.any_set("MASTER_ADDR"):
             nodes = fields.get("num_nodes")

@@ -72,7 +72,6 @@ class RunpodSource(Source):
     """Runpod Instant Cluster (``PRIMARY_*``, ``NODE_ADDR``, ``NUM_TRAINERS``, …)."""
 
     name: ClassVar[str] = "runpod"
-    description: ClassVar[str] = "Runpod Instant Cluster"
 
     markers: ClassVar[tuple[str, ...]] = _MARKERS
 
@@ -91,21 +90,22 @@ class RunpodSource(Source):
             primary=None if primary is None else ("PRIMARY_ADDR", primary),
         )
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the Runpod contract; every variable is required except the two derived ones."""
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        fields["primary_addr"] = env.host(
+        fields["primary_addr"] = env.primary(
             "PRIMARY_ADDR",
             "MASTER_ADDR",
             required=True,
             what="the primary node's cluster address",
-            example="10.65.0.2",
         )
         fields["primary_port"] = env.port("PRIMARY_PORT", "MASTER_PORT", required=True)
         fields["node_addr"] = env.ip(
-            "NODE_ADDR", required=True, what="this node's cluster address", example="10.65.0.3"
+            "NODE_ADDR", required=True, what="this node's cluster address"
         )
         fields["node_rank"] = env.integer(
             "NODE_RANK", required=True, what="this node's index, 0 on the primary", example="0"

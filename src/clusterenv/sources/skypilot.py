@@ -24,7 +24,6 @@ class SkyPilotSource(Source):
     """A SkyPilot ``run`` command (``SKYPILOT_NODE_RANK``)."""
 
     name: ClassVar[str] = "skypilot"
-    description: ClassVar[str] = "a SkyPilot task's run stage"
     markers: ClassVar[tuple[str, ...]] = ("SKYPILOT_NODE_RANK", "SKYPILOT_NODE_IPS")
 
     def matches(self, environ: Mapping[str, str]) -> bool:
@@ -40,11 +39,13 @@ class SkyPilotSource(Source):
             self.name,
             node_rank=plain_int(environ, "SKYPILOT_NODE_RANK"),
             num_nodes=plain_int(environ, "SKYPILOT_NUM_NODES"),
-            per_node=gpus if gpus is not None and gpus[1] > 0 else None,
+            per_node=gpus if gpus is not None and gpus.value > 0 else None,
             primary=("SKYPILOT_NODE_IPS (first line)", ips[0]) if ips else None,
         )
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read SkyPilot's variables."""
         reading = Reading()
         env = EnvReader(environ, reading)
@@ -64,8 +65,7 @@ class SkyPilotSource(Source):
                         f"SKYPILOT_NODE_IPS lists {len(ips)} addresses but SKYPILOT_NUM_NODES="
                         f"{nodes}", "let SkyPilot set them; do not export them by hand",
                         "config-invalid")
-        primary = env.host("MASTER_ADDR", required=False, what="the rendezvous address",
-                           example="<the head node's IP>")
+        primary = env.host("MASTER_ADDR", required=False, what="the rendezvous address")
         if primary is None and ips:
             primary = ips[0]
         fields["primary_addr"] = primary

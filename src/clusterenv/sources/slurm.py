@@ -38,7 +38,7 @@ from clusterenv.sources._base import (
     Source,
     plain_int,
 )
-from clusterenv.sources._process import finish_worker
+from clusterenv.sources._process import Named, finish_worker
 from clusterenv.sources._slurm_parse import expand_hostlist, parse_counts_per_node
 
 __all__ = ["SlurmSource", "slurm_port", "slurm_primary", "slurm_tasks_per_node"]
@@ -108,7 +108,6 @@ class SlurmSource(Source):
     """A task started by Slurm (``SLURM_JOB_ID`` and ``SLURM_PROCID``)."""
 
     name: ClassVar[str] = "slurm"
-    description: ClassVar[str] = "a Slurm task (srun, or the batch script)"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "srun"
     markers: ClassVar[tuple[str, ...]] = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_PROCID",
@@ -126,14 +125,16 @@ class SlurmSource(Source):
         nodes = plain_int(environ, *_NODES)
         return None if nodes is None else NodeFacts(self.name, num_nodes=nodes)
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the task; a process context when the step runs several tasks per node."""
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
         in_step = env.any_set("SLURM_STEP_ID", "SLURM_STEPID")
         primary = env.host(
-            "MASTER_ADDR", required=False, what="the rendezvous address", example="<rank 0's host>"
+            "MASTER_ADDR", required=False, what="the rendezvous address"
         )
         if primary is None and not env.any_set("MASTER_ADDR"):
             primary = slurm_primary(env)
@@ -151,7 +152,6 @@ class SlurmSource(Source):
         )
         fields["node_addr"] = env.ip(
             "NODE_ADDR", required=False, what="this node's cluster address",
-            example="<this node's IP>",
         )
         nodes_name, _ = env.first(*_NODES)
         nodes = env.integer(
@@ -193,7 +193,7 @@ class SlurmSource(Source):
             fields["num_nodes"] = nodes
             gpus = plain_int(environ, "SLURM_GPUS_ON_NODE")
             fields["num_trainers"] = (
-                gpus[1] if gpus is not None and gpus[1] > 0
+                gpus.value if gpus is not None and gpus.value > 0
                 else visible_gpu_count(environ, root) or 1
             )
             return reading
@@ -227,10 +227,10 @@ class SlurmSource(Source):
         finish_worker(
             env,
             launcher=self.launcher,
-            rank=None if rank is None else ("SLURM_PROCID", rank),
-            local_rank=None if local is None else ("SLURM_LOCALID", local),
-            world=None if world is None else (world_name or "SLURM_NTASKS", world),
-            local_world=(tasks_name, per_node),
-            node_rank=("SLURM_NODEID", node_rank),
-            num_nodes=(nodes_name, nodes),
+            rank=None if rank is None else Named("SLURM_PROCID", rank),
+            local_rank=None if local is None else Named("SLURM_LOCALID", local),
+            world=None if world is None else Named(world_name or "SLURM_NTASKS", world),
+            local_world=Named(tasks_name, per_node),
+            node_rank=Named("SLURM_NODEID", node_rank),
+            num_nodes=Named(nodes_name, nodes),
         )

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import EnvReader, Reading, Source
+from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named, finish_worker
 
 __all__ = ["TorchElasticSource", "read_env_worker"]
@@ -24,7 +24,6 @@ class TorchElasticSource(Source):
     """A process launched by torchrun (``TORCHELASTIC_RUN_ID`` is present)."""
 
     name: ClassVar[str] = "torchelastic"
-    description: ClassVar[str] = "a worker process started by torchrun"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "torchrun"
     markers: ClassVar[tuple[str, ...]] = ("TORCHELASTIC_RUN_ID",)
@@ -33,7 +32,9 @@ class TorchElasticSource(Source):
         """torchrun's run id is present (any value, ``none`` included)."""
         return "TORCHELASTIC_RUN_ID" in environ
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the worker's process-group variables."""
         reading = Reading()
         env = EnvReader(environ, reading)
@@ -42,7 +43,7 @@ class TorchElasticSource(Source):
 
 
 def _named(name: str, value: int | None) -> Named | None:
-    return None if value is None else (name, value)
+    return None if value is None else Named(name, value)
 
 
 def read_env_worker(
@@ -55,15 +56,14 @@ def read_env_worker(
     exports the node's process count under another name).
     """
     fields = env.reading.fields
-    fields["primary_addr"] = env.host(
+    fields["primary_addr"] = env.primary(
         "MASTER_ADDR",
         required=True,
         what=f"the rendezvous address {launcher} gave this process",
-        example="<rank 0's address>",
     )
     fields["primary_port"] = env.port("MASTER_PORT", required=True)
     fields["node_addr"] = env.ip(
-        "NODE_ADDR", required=False, what="this node's cluster address", example="<this node's IP>"
+        "NODE_ADDR", required=False, what="this node's cluster address"
     )
     rank = env.integer(
         "RANK", required=True, what="this process's global rank", example="<this process's rank>"

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from clusterenv._root import Root
 from clusterenv._values import is_loopback_host, parse_decimal, parse_host
-from clusterenv.sources._base import EnvReader, Reading, Source
+from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named
 from clusterenv.sources.torchelastic import read_env_worker
 
@@ -44,15 +44,15 @@ def _derived_local_world(environ: Mapping[str, str], node_rank: str | None) -> N
     if rank is not None and local is not None and node and rank >= local:
         span, rest = divmod(rank - local, node)
         if not rest and span > 0:
-            return "(RANK - LOCAL_RANK) / NODE_RANK", span
+            return Named("(RANK - LOCAL_RANK) / NODE_RANK", span)
     hosts = environ.get("AZ_BATCH_HOST_LIST") or ""
     if node_rank and world is not None and hosts.strip():
         count = len([h for h in hosts.split(",") if h.strip()])
         if count and not world % count:
-            return "WORLD_SIZE / (hosts in AZ_BATCH_HOST_LIST)", world // count
+            return Named("WORLD_SIZE / (hosts in AZ_BATCH_HOST_LIST)", world // count)
     master = parse_host(environ.get("MASTER_ADDR") or "")
     if world is not None and world > 0 and master is not None and is_loopback_host(master):
-        return "WORLD_SIZE (MASTER_ADDR is loopback: one machine)", world
+        return Named("WORLD_SIZE (MASTER_ADDR is loopback: one machine)", world)
     return None
 
 
@@ -60,7 +60,6 @@ class WorkerSource(Source):
     """A process with ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` set by some launcher."""
 
     name: ClassVar[str] = "worker"
-    description: ClassVar[str] = "a worker with RANK, LOCAL_RANK and WORLD_SIZE (torch's env://)"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "the launcher"
     markers: ClassVar[tuple[str, ...]] = _FULL_SET
@@ -72,7 +71,9 @@ class WorkerSource(Source):
         forgot ``WORLD_SIZE`` (then reported missing, as torch's ``env://`` would fail)."""
         return bool(environ.get("RANK")) and bool(environ.get("LOCAL_RANK"))
 
-    def read(self, environ: Mapping[str, str], root: Root) -> Reading:
+    def read(
+        self, environ: Mapping[str, str], root: Root, *, outer: NodeFacts | None = None
+    ) -> Reading:
         """Read the ``env://`` variables, and the launcher's own node index where it has one."""
         reading = Reading()
         env = EnvReader(environ, reading)
@@ -103,7 +104,6 @@ class RaySource(WorkerSource):
     """A Ray Train worker (``ACCELERATE_TORCH_DEVICE`` next to the ``env://`` set)."""
 
     name: ClassVar[str] = "ray"
-    description: ClassVar[str] = "a Ray Train worker"
     launcher: ClassVar[str] = "Ray Train"
     node_rank_variable: ClassVar[str | None] = "NODE_RANK"
     markers: ClassVar[tuple[str, ...]] = ("ACCELERATE_TORCH_DEVICE", *_FULL_SET, "NODE_RANK")
@@ -121,7 +121,6 @@ class AzureMLSource(WorkerSource):
     """An Azure Machine Learning ``pytorch`` distribution process (``AZUREML_*``)."""
 
     name: ClassVar[str] = "azureml"
-    description: ClassVar[str] = "an Azure Machine Learning pytorch-distribution process"
     launcher: ClassVar[str] = "Azure ML"
     node_rank_variable: ClassVar[str | None] = "NODE_RANK"
     markers: ClassVar[tuple[str, ...]] = ("AZUREML_EXPERIMENT_ID", "AZUREML_RUN_ID", *_FULL_SET)
