@@ -114,7 +114,8 @@ class _Unpacker:
     def note(self, name: str, why: str) -> None:
         self.skipped += 1
         if len(self.notes) < _MAX_NOTES:
-            self.notes.append(f"skipped {name!r} in the archive: {why}")
+            shown = name if len(name) <= 200 else name[:200] + "..."  # names may be megabytes
+            self.notes.append(f"skipped {shown!r} in the archive: {why}")
 
     def parent(self, parts: list[str], name: str) -> Path | None:
         """The directory for ``parts[-1]``, created as needed; None (noted) when the path goes
@@ -297,9 +298,8 @@ def open_archive(path: str | os.PathLike[str]) -> tuple[Root, Callable[[], None]
         with os.fdopen(fd, "rb") as raw:
             if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
                 raise DiscoveryError(
-                    f"{shown!r} is neither a directory nor a snapshot archive (a regular "
-                    "file): pass the directory or the .tar.gz file `clusterenv capture` wrote",
-                    path=shown)
+                    f"{shown!r} is neither a directory nor a regular file: pass the snapshot "
+                    "directory or the .tar.gz file `clusterenv capture` wrote", path=shown)
             stream = _Bounded(_decompressed(raw, shown), MAX_ARCHIVE_STREAM_BYTES)
             count = 0
             with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
