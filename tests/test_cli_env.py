@@ -48,12 +48,17 @@ def test_eval_in_a_shell_exports_ens1(tmp_path: Path) -> None:
 def test_kept_values_are_commented_on_stderr_only(tmp_path: Path) -> None:
     b0(tmp_path, environ={**B0_ENV, "GLOO_SOCKET_IFNAME": "eth0"})
     result = cli("env", "--root", str(tmp_path))
-    assert result.returncode == 0
+    # A kept value that breaks the job fails the command (exit 1), so that
+    # `out=$(clusterenv env) && eval "$out"` stops, and says what replaces it.
+    assert result.returncode == 1
+    assert ("# 1 error remains with these settings (exit 1); `clusterenv env --override` "
+            "replaces the value you set (GLOO_SOCKET_IFNAME) with the plan's") in result.stderr
     assert "GLOO_SOCKET_IFNAME" not in result.stdout
     assert all(line.startswith("export ") for line in result.stdout.splitlines())
     assert "# kept GLOO_SOCKET_IFNAME='eth0' (environment)" in result.stderr
     assert "filter-selects-avoided" in result.stderr
     overridden = cli("env", "--root", str(tmp_path), "--override")
+    assert overridden.returncode == 0, overridden.stderr
     assert "export GLOO_SOCKET_IFNAME='ens1'" in overridden.stdout
     # The replaced value is reported as replaced, with the true reason, and no longer as an
     # error: the job will not see it.

@@ -55,13 +55,20 @@ def test_doctor_human_output(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "NODE_RANK='two'" in out and "fix: export NODE_RANK=0" in out
 
 
-def test_show_with_a_broken_environment_exits_2_with_the_message(
+def test_show_with_a_broken_environment_exits_2_and_still_shows_the_node(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """An invalid contract is when a user needs the node's interfaces, RDMA and host facts."""
     root = snapshot(tmp_path, {**RUNPOD, "NUM_NODES": "zero"})
     assert main(["show", "--root", root]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == "" and "NUM_NODES='zero'" in captured.err
+    out = capsys.readouterr().out
+    assert "NUM_NODES='zero'" in out
+    for section in ("network", "rdma", "host", "findings"):
+        assert f"\n{section}\n" in out, out
+    assert main(["show", "--json", "--root", root]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"] is None and any("NUM_NODES='zero'" in p for p in data["problems"])
+    assert {"network", "rdma", "host", "findings"} <= set(data)
 
 
 def test_unreadable_root_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -112,3 +112,41 @@ def test_an_hca_list_that_selects_nothing_is_rated_by_the_sockets_it_leaves(
     nothing = hang["filter-matches-nothing"]
     assert nothing.severity == "error" and "eth0" in nothing.title, nothing
     assert hang["socket-ifname-unset"].severity == "error"
+
+
+def _busy_node(cluster: SimCluster) -> SimNode:
+    """Node 1 with what a real GPU host collects: Docker's bridge (no physical port), a VPN
+    tunnel, and veth pairs with addresses, on top of eth0 and ens1."""
+    node = cluster.nodes[1]
+    commands = [
+        ["link", "add", "docker0", "type", "bridge"],
+        ["addr", "add", "172.17.0.1/16", "dev", "docker0"],
+        ["link", "set", "docker0", "up"],
+        ["tuntap", "add", "dev", "tun0", "mode", "tun"],
+        ["addr", "add", "100.64.0.7/10", "dev", "tun0"],
+        ["link", "set", "tun0", "up"],
+    ]
+    for i in range(4):
+        commands += [["link", "add", f"vethA{i}", "type", "veth", "peer", "name", f"vethB{i}"],
+                     ["addr", "add", f"192.168.{100 + i}.1/24", "dev", f"vethA{i}"],
+                     ["link", "set", f"vethA{i}", "up"], ["link", "set", f"vethB{i}", "up"]]
+    for argv in commands:
+        result = node.run(["ip", *argv], timeout=30)
+        assert result.returncode == 0, result.describe()
+    return node
+
+
+def test_a_misconfigured_nodes_report_fits_one_screen(sim_cluster: ClusterFactory) -> None:
+    """doctor on a node with docker0, a tunnel and veths: every line within 160 columns (the
+    width when not a terminal), no piece of evidence twice, and the whole report in 40 lines."""
+    cluster = sim_cluster(2, trainers=1, hosts="management-all")
+    node = _busy_node(cluster)
+    result = node.run(["sh", "-c", f"{CLI} doctor"], env=node.env(), timeout=120)
+    assert result.returncode == 1, result.describe()
+    lines = result.stdout.splitlines()
+    assert len(lines) <= 40, result.stdout
+    assert max(len(line) for line in lines) <= 160, result.stdout
+    evidence = [line.split("evidence: ", 1)[1] for line in lines if "evidence: " in line]
+    assert len(evidence) == len(set(evidence)), result.stdout
+    shown = node.run(["sh", "-c", f"{CLI} show"], env=node.env(), timeout=120)
+    assert max(len(line) for line in shown.stdout.splitlines()) <= 160, shown.stdout

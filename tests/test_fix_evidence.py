@@ -212,12 +212,13 @@ def fixes(root: Path, environ: Mapping[str, str], code: str) -> list[str]:
         ({**BASE, "PRIMARY_PORT": "70000", "MASTER_PORT": "70000"}, "config-out-of-range",
          ["export PRIMARY_PORT=29511"], ["=70000"]),
         # Two spellings disagree and nothing arbitrates: a placeholder, not a copy of either.
-        ({**BASE, "PRIMARY_ADDR": "node-p", "HOST_NODE_ADDR": ""}, "config-alias-mismatch",
+        # (Two addresses; a name beside an address is compared after resolving.)
+        ({**BASE, "PRIMARY_ADDR": "10.70.3.99", "HOST_NODE_ADDR": ""}, "config-alias-mismatch",
          ["set both to the same value: export PRIMARY_ADDR=<the primary node's cluster IP "
-          "address>; export MASTER_ADDR=$PRIMARY_ADDR"], ["MASTER_ADDR=node-p"]),
+          "address>; export MASTER_ADDR=$PRIMARY_ADDR"], ["MASTER_ADDR=10.70.3.99"]),
         # ...HOST_NODE_ADDR arbitrates.
-        ({**BASE, "PRIMARY_ADDR": "node-p"}, "config-alias-mismatch",
-         ["export PRIMARY_ADDR=10.70.3.9"], ["MASTER_ADDR=node-p"]),
+        ({**BASE, "PRIMARY_ADDR": "10.70.3.99"}, "config-alias-mismatch",
+         ["export PRIMARY_ADDR=10.70.3.9"], ["MASTER_ADDR=10.70.3.99"]),
         # A loopback primary: HOST_NODE_ADDR says where the primary is.
         ({**BASE, "PRIMARY_ADDR": "127.0.0.1", "MASTER_ADDR": "127.0.0.1"},
          "config-loopback-primary", ["export PRIMARY_ADDR=10.70.3.9"], []),

@@ -13,15 +13,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 from clusterenv.nccl.probe import LIBRARY_VARIABLE, find_nccl_library
 from tests.conftest import require_tool
-
-SRC = Path(__file__).parents[1] / "src"
+from tests.venvs import partial_venv
 
 TRAP_C = r"""
 #include <fcntl.h>
@@ -37,26 +35,8 @@ int ncclGetUniqueId(void *id) { (void)id; return 0; }
 
 @pytest.fixture(scope="module")
 def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtual environment with clusterenv's dependencies but no ``nvidia-nccl-cu*`` wheel:
-    the test environment's packages, the ``nvidia`` namespace left out, reached through a
-    ``.pth`` file, and a console script as pip writes one."""
-    base = tmp_path_factory.mktemp("bare")
-    venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    deps = base / "deps"
-    deps.mkdir()
-    site_packages = Path(sysconfig.get_paths()["purelib"])
-    for entry in site_packages.iterdir():
-        if not entry.name.lower().startswith("nvidia") and entry.suffix != ".pth":
-            (deps / entry.name).symlink_to(entry)
-    [venv_site] = (venv / "lib").glob("python*/site-packages")
-    (venv_site / "deps.pth").write_text(f"{deps}\n{SRC}\n")
-    script = venv / "bin" / "clusterenv"
-    script.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\n"
-                      "from clusterenv.cli import main\nsys.exit(main())\n")
-    script.chmod(0o755)
-    return venv
+    """A virtual environment with clusterenv's dependencies but no ``nvidia-nccl-cu*`` wheel."""
+    return partial_venv(tmp_path_factory.mktemp("bare"), without=("nvidia",))
 
 
 @pytest.fixture(scope="module")

@@ -340,3 +340,120 @@ def test_launch_renders_an_mpirun_line_that_runs(worker: Path, tmp_path: Path) -
     found = results(proc.stdout)
     assert proc.returncode == 0 and len(found) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     check_two_workers(found, "mpi")
+
+
+# -- the real launchers' environments, dumped whole and in part ----------------------------------
+#
+# What each launcher really puts into its processes, recorded here, then read whole and with
+# variables missing (as dumps pasted in public threads are): the launcher's source is chosen
+# either way, never the local default.
+
+DUMP = """\
+import json, os
+os.write(1, ("ENV " + json.dumps(dict(os.environ)) + "\\n").encode())
+"""
+
+
+def dumps(output: str) -> list[dict[str, str]]:
+    return [json.loads(line[len("ENV "):]) for line in output.splitlines()
+            if line.startswith("ENV ")]
+
+
+def only_launcher(env: dict[str, str], *prefixes: str) -> dict[str, str]:
+    """The launcher's own variables, without this test machine's environment."""
+    return {k: v for k, v in env.items() if k.startswith(prefixes)}
+
+
+@pytest.fixture
+def dump(tmp_path: Path) -> Path:
+    script = tmp_path / "dump.py"
+    script.write_text(DUMP, encoding="utf-8")
+    return script
+
+
+def test_real_slurm_step_and_batch_script_environments(
+    slurm_cluster: dict[str, str], dump: Path, tmp_path: Path
+) -> None:
+    from clusterenv.config import check_config
+    from clusterenv.sources.slurm import STEP_VARIABLES, TASK_VARIABLES
+
+    srun, sbatch = shutil.which("srun"), require_tool("sbatch", "apt-get install slurm-client")
+    assert srun is not None
+    proc = subprocess.run([srun, "-N1", "-n2", "--overcommit", sys.executable, str(dump)],
+                          env=slurm_cluster, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240, check=False)
+    tasks = [only_launcher(e, "SLURM_") for e in dumps(proc.stdout)]
+    assert proc.returncode == 0 and len(tasks) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for task in tasks:
+        assert set(TASK_VARIABLES) <= set(task), sorted(task)  # srun sets every task variable
+        assert {"SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_TASKS"} <= set(task)
+        whole = check_config(task, root=tmp_path)
+        assert whole.config is not None and whole.config.process is not None, whole.problems
+        assert whole.config.process.rank == int(task["SLURM_PROCID"])
+        # Without the step ids, the other step variables still make it a task of the step.
+        partial = check_config({k: v for k, v in task.items()
+                                if k not in ("SLURM_STEP_ID", "SLURM_STEPID")}, root=tmp_path)
+        assert partial.config is not None, partial.problems
+        assert partial.config.process == whole.config.process
+        bare = check_config({k: v for k, v in task.items()
+                             if k not in ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID")},
+                            root=tmp_path)
+        assert bare.source == "slurm" and [p.variables for p in bare.problems] == [
+            ("SLURM_PROCID",)]
+
+    script = tmp_path / "batch.sh"
+    out = tmp_path / "batch.out"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} {dump}\n", encoding="utf-8")
+    proc = subprocess.run([sbatch, "--wait", "-N1", "-n1", f"--output={out}", str(script)],
+                          env=slurm_cluster, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (batch,) = [only_launcher(e, "SLURM_") for e in dumps(out.read_text(encoding="utf-8"))]
+    # The batch script is a task of Slurm's but no step's: the step variables are srun's only.
+    assert not set(STEP_VARIABLES) & set(batch), sorted(set(STEP_VARIABLES) & set(batch))
+    for env in (batch, {k: v for k, v in batch.items() if k != "SLURM_PROCID"}):
+        check = check_config(env, root=tmp_path)
+        assert check.source == "slurm" and check.config is not None, check.problems
+        assert (check.config.node_rank, check.config.process) == (0, None)
+
+
+def test_real_torchrun_worker_environment(dump: Path, tmp_path: Path) -> None:
+    from clusterenv.config import check_config
+    from clusterenv.sources.torchelastic import TORCHRUN_VARIABLES
+
+    require_module("torch", "pip install torch")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node=2", str(dump)], env=base_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240, check=False)
+    workers = dumps(proc.stdout)
+    assert proc.returncode == 0 and len(workers) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for env in workers:
+        assert set(TORCHRUN_VARIABLES) <= set(env), sorted(set(TORCHRUN_VARIABLES) - set(env))
+        ours = {k: v for k, v in env.items()
+                if k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                         "MASTER_PORT", *TORCHRUN_VARIABLES)}
+        assert check_config(ours).config is not None
+        # Without the run id and the ranks (an `env | grep SIZE` paste): still torchrun's.
+        partial = check_config({k: v for k, v in ours.items()
+                                if k not in ("TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK")})
+        assert partial.source == "torchelastic", partial.reason
+        assert {v for p in partial.problems for v in p.variables} == {"RANK", "LOCAL_RANK"}
+
+
+def test_real_mpirun_rank_environment(dump: Path, tmp_path: Path) -> None:
+    from clusterenv.config import check_config
+
+    mpirun = require_tool("mpirun", "apt-get install openmpi-bin")
+    env = {**base_env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    proc = subprocess.run([mpirun, "-np", "2", sys.executable, str(dump)], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False)
+    ranks = [only_launcher(e, "OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE", "PMIX_RANK")
+             for e in dumps(proc.stdout)]
+    assert proc.returncode == 0 and len(ranks) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for rank in ranks:
+        assert check_config(rank).config is not None
+        for missing in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+            partial = check_config({k: v for k, v in rank.items() if k != missing})
+            assert partial.source == "mpi", partial.reason
+            assert {v for p in partial.problems for v in p.variables} == {missing}

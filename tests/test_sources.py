@@ -327,6 +327,9 @@ ALL_NAMES = sorted({
     "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_RDZV_ENDPOINT", "JOB_COMPLETION_INDEX",
     "SM_HOSTS", "SM_CURRENT_HOST", "SM_NUM_GPUS", "SM_MASTER_ADDR", "SM_CURRENT_HOST_RANK",
     "SM_HOST_COUNT", "SM_NPROC_PER_NODE", "CLUSTER_SPEC", "NPROC_PER_NODE",
+    "RUNPOD_POD_ID", "RUNPOD_DC_ID", "RUNPOD_GPU_COUNT",
+    # every source's identifying variables: partial evidence must still give one of the two
+    *(name for source in SOURCES for name in source.identifying),
 })
 ANY_VALUE = st.one_of(
     st.text(max_size=12),

@@ -129,7 +129,9 @@ REFUSED: list[tuple[str, dict[str, str], set[str], str]] = [
      {"DSTACK_GPUS_NUM", "DSTACK_NODES_NUM", "DSTACK_GPUS_PER_NODE"}, "different GPU counts"),
     ("kubeflow-elastic-range", {**KUBEFLOW_V2, "PET_NNODES": "1:4"}, {"PET_NNODES"},
      "elastic range"),
-    ("kubeflow-v1-master-aliases-disagree", {**KUBEFLOW_V1, "MASTER_ADDR": "other-0"},
+    # Two addresses that differ disagree as written; two names only by resolving (doctor).
+    ("kubeflow-v1-master-aliases-disagree", {**KUBEFLOW_V1, "MASTER_ADDR": "10.96.3.7",
+                                             "PET_MASTER_ADDR": "10.96.3.8"},
      {"PET_MASTER_ADDR", "MASTER_ADDR"}, "disagree"),
     ("sagemaker-current-host-missing", {**SAGEMAKER, "SM_CURRENT_HOST": "algo-3"},
      {"SM_CURRENT_HOST", "SM_HOSTS"}, "not in SM_HOSTS"),

@@ -64,6 +64,10 @@ CLUSTER_VARIABLES: frozenset[str] = frozenset(
         "MPI_LOCALNRANKS", "SM_HOSTS", "SM_CURRENT_HOST", "SM_NUM_GPUS", "SM_MASTER_ADDR",
         "SM_MASTER_PORT", "SM_CURRENT_HOST_RANK", "SM_HOST_COUNT", "SM_NPROC_PER_NODE",
         "SM_NETWORK_INTERFACE_NAME",
+        # launchers' identifying variables not under a prefix below
+        "OMPI_UNIVERSE_SIZE", "DSTACK_MPI_HOSTFILE",
+        # the Runpod pod (never RUNPOD_API_KEY: a secret, and never read)
+        "RUNPOD_POD_ID", "RUNPOD_DC_ID", "RUNPOD_GPU_COUNT",
     }
 )
 #: Variables kept in a snapshot by prefix (unless their name looks like a secret).

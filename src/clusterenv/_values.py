@@ -49,6 +49,12 @@ _ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
 
 
+def _unbracketed(text: str) -> str:
+    """``" [fd00::2] "`` -> ``"fd00::2"``: white space and one pair of brackets off."""
+    stripped = text.strip()
+    return stripped[1:-1] if stripped.startswith("[") and stripped.endswith("]") else stripped
+
+
 def parse_decimal(text: str | None, *, max_digits: int = MAX_DIGITS) -> int | None:
     """A non-negative decimal integer in ASCII digits (surrounding white space allowed, leading
     zeros ignored, at most ``max_digits`` significant digits), e.g. ``" 0042 "`` -> ``42``;
@@ -76,9 +82,7 @@ def split_zone(text: str | IPAddress) -> tuple[IPAddress, str | None] | None:
         zone = text.scope_id or None
         address = ipaddress.IPv6Address(text.packed)
     else:
-        stripped = text.strip()
-        if stripped.startswith("[") and stripped.endswith("]"):
-            stripped = stripped[1:-1]
+        stripped = _unbracketed(text)
         bare, percent, zone_text = stripped.partition("%")
         if percent and not _ZONE.fullmatch(zone_text):
             return None
@@ -107,9 +111,7 @@ def parse_host(value: str) -> str | None:
     """A host normalised: an IP address in canonical form (brackets removed, a plain zone kept:
     ``fe80::1%ens1``) or a DNS name in lower case without the final dot; None when ``value`` is
     neither."""
-    text = value.strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
+    text = _unbracketed(value)
     _, percent, zone = text.partition("%")
     if percent and not _ZONE.fullmatch(zone):
         return None

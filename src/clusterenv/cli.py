@@ -144,11 +144,18 @@ def _say(verb: str, message: str) -> None:
     named = f"clusterenv {verb}"
     if message.startswith((f"{named} ", f"{named}:")):
         message = message[len(named):].lstrip(" :")
-    from clusterenv._scrub import scrub_text  # noqa: PLC0415  # not for --version
+    from clusterenv._cli._common import output_width, wrap  # noqa: PLC0415  # not for --version
+    from clusterenv._scrub import scrub_text  # noqa: PLC0415
     from clusterenv._text import printable  # noqa: PLC0415
 
+    text = printable(scrub_text(message), newlines=True)
+    width = output_width(stream)
+    lines: list[str] = []
+    for k, part in enumerate(text.split("\n")):  # a ConfigError lists one problem per line
+        lead = f"clusterenv {verb}: " if k == 0 else part[: len(part) - len(part.lstrip())]
+        lines += wrap(part.strip(), width, lead + "  " if k else "  ", lead)
     with contextlib.suppress(OSError, ValueError):
-        stream.write(f"clusterenv {verb}: {printable(scrub_text(message), newlines=True)}\n")
+        stream.write("\n".join(lines) + "\n")
         stream.flush()
 
 

@@ -9,6 +9,7 @@ many nodes and processes per node. A *process* context exists only inside a work
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from clusterenv._jsonable import json_fields
 from clusterenv._root import as_root
 from clusterenv._text import count
-from clusterenv._values import format_host_port, is_loopback_host
+from clusterenv._values import format_host_port, is_loopback_host, parse_ip
 from clusterenv.errors import ConfigError, ConfigProblem
 from clusterenv.findings import Finding
 from clusterenv.sources import (
@@ -30,7 +31,8 @@ from clusterenv.sources import (
     outer_facts,
     source_named,
 )
-from clusterenv.sources._base import EnvReader
+from clusterenv.sources._base import EnvReader, Spelled, Unresolved, same_address
+from clusterenv.sources.runpod import pod_evidence
 
 __all__ = ["SOURCE_VARIABLE", "ClusterConfig", "ConfigCheck", "ProcessContext", "check_config"]
 
@@ -144,6 +146,11 @@ class ClusterConfig(BaseModel):
 
         Raises:
             ConfigError: With every problem found, each naming the variables, values and fix.
+
+        Reading is pure: nothing is resolved. Two spellings of one address that only a
+        resolver can compare (``PRIMARY_ADDR=10.65.0.10`` beside ``MASTER_ADDR=pod-0``) are
+        therefore not a problem here; :func:`check_config` lists them in
+        :attr:`ConfigCheck.unresolved`, and ``doctor`` and ``launch`` resolve them.
         """
         check = check_config(environ, source=source, root=root)
         if check.config is None:
@@ -205,6 +212,10 @@ class ConfigCheck:
         notes: Findings that are not errors (worker cross-checks).
         values: The values of the variables the problems name, as read.
         reason: Why the source matched (or that it was forced).
+        unresolved: Spellings of one address that only resolving can compare, e.g.
+            ``PRIMARY_ADDR=10.65.0.10`` beside ``MASTER_ADDR=pod-0`` (see
+            :class:`~clusterenv.sources._base.Unresolved`): reading never resolves, ``doctor``
+            does, and reports each pair that names different hosts.
     """
 
     source: str
@@ -215,6 +226,8 @@ class ConfigCheck:
     values: Mapping[str, str] = field(default_factory=dict)
     #: Why the source matched, e.g. ``"TORCHELASTIC_RUN_ID is set"``.
     reason: str = ""
+    #: Spellings of one address left for a resolver to compare.
+    unresolved: tuple[Unresolved, ...] = ()
 
     def findings(self) -> list[Finding]:
         """Problems as error findings, followed by the notes."""
@@ -275,16 +288,22 @@ def check_config(
             outer = outer_facts(env, exclude=chosen.name)
     reading = chosen.read(env, as_root(root), outer=outer)
     _validate_common(env, reading)
+    if outer is not None:
+        _rank_zero_holds_primary(chosen, reading, outer)
+    pod = pod_evidence(env)
+    if pod:
+        reason = f"{reason}; {pod}"
     config = None
     notes = list(reading.notes)
     if not reading.problems:
         config = _build(chosen.name, reason, reading)
     if config is not None and outer is not None:
-        notes.extend(_cross_check(chosen, config, outer))
+        notes.extend(_cross_check(chosen, config, outer, reading))
     mentioned = {name for p in reading.problems for name in p.variables}
     values = {name: env[name] for name in sorted(mentioned) if name in env}
     return ConfigCheck(
-        chosen.name, config, tuple(reading.problems), tuple(notes), values, reason
+        chosen.name, config, tuple(reading.problems), tuple(notes), values, reason,
+        tuple(reading.unresolved),
     )
 
 
@@ -314,8 +333,61 @@ def _choose_source(
     return detected, detected.reason(environ), None
 
 
-def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> list[Finding]:
-    """Contradictions between a worker's launcher and the outer platform, as findings."""
+_NAME = re.compile(r"\b[A-Z][A-Z0-9_]+\b")
+
+
+def _rank_zero_holds_primary(source: Source, reading: Reading, facts: NodeFacts) -> None:
+    """Inside a platform that states this node's address (Runpod's ``NODE_ADDR``), a job that
+    rendezvouses on the platform's primary address must make the node holding it its node 0:
+    node 0 hosts the rendezvous store (torchrun's agent, or the ``env://`` process with rank
+    0), and the others connect to the address. Otherwise nothing listens there and every node
+    waits; Slurm or MPI numbering the nodes unlike the platform is the usual cause."""
+    fields = reading.fields
+    primary, rank = fields.get("primary_addr"), fields.get("node_rank")
+    origin = reading.origins.get("node_rank")
+    if (facts.primary is None or facts.node_addr is None or origin is None
+            or not isinstance(primary, str) or not isinstance(rank, int)):
+        return
+    primary_variable, platform_primary = facts.primary
+    if not same_address(primary, platform_primary):
+        return  # the job rendezvouses elsewhere: its own launcher's business
+    addr_variable, addr = facts.node_addr
+    holds = same_address(addr, platform_primary)
+    if holds == (rank == 0):
+        return
+    used = (reading.primary_variables or ("MASTER_ADDR",))[0]
+    index = f"{origin}={rank}" if "=" not in origin and " " not in origin else (
+        f"{origin} = {rank}")
+    if holds:
+        message = (
+            f"{addr_variable}={addr} is {primary_variable}, the address the job rendezvouses "
+            f"on ({used}={primary}), but {index} makes this node the job's node {rank}: node "
+            f"0 hosts the rendezvous on another node, nothing listens at {platform_primary}, "
+            "and every node waits"
+        )
+    else:
+        message = (
+            f"{index} makes this node the job's node 0, which hosts the rendezvous, but the job "
+            f"rendezvouses on {used}={primary} ({primary_variable}), another node "
+            f"({addr_variable}={addr} here): nothing listens there, and every node waits"
+        )
+    variables = tuple(dict.fromkeys((*_NAME.findall(origin), addr_variable, primary_variable)))
+    reading.problems.append(ConfigProblem(
+        variables,
+        message,
+        f"start the job's node 0 on the node that holds {primary_variable} (list that node "
+        f"first to {source.launcher}), or rendezvous on the job's node 0: export {used}=<the "
+        f"cluster address of the node with {origin} = 0>",
+        "config-primary-rank",
+    ))
+
+
+def _cross_check(
+    source: Source, config: ClusterConfig, facts: NodeFacts, reading: Reading
+) -> list[Finding]:
+    """Contradictions between a worker's launcher and the outer platform, as findings; a
+    rendezvous address spelled unlike the platform's primary (a name beside an address) is left
+    in ``reading.unresolved`` for ``doctor`` to resolve."""
     notes: list[Finding] = []
     launcher = source.launcher
     outer = f"source {facts.source}"
@@ -349,17 +421,25 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
             ))
     if facts.num_nodes is not None and facts.num_nodes.value != config.num_nodes:
         name, value = facts.num_nodes
+        counted = reading.origins.get("num_nodes")
+        stale = (
+            f"; or {name} is stale: pods added to a running Runpod cluster do not update it on "
+            "the pods already running" if facts.source == "runpod" and config.num_nodes > value
+            else ""
+        )
         notes.append(Finding.of(
             "worker-node-count",
-            f"the process group spans {count(config.num_nodes, 'node')} but {name}={value}",
+            f"the process group spans {count(config.num_nodes, 'node')}"
+            + (f" ({counted})" if counted else "") + f" but {name}={value}",
             (f"nodes in the process group: {config.num_nodes} ({launcher})",
              f"{name}={value}", outer),
             f"start {launcher} on all {value} nodes with the node count {value} "
-            "(clusterenv launch does)",
+            f"(clusterenv launch does){stale}",
         ))
     if (
         facts.node_rank is not None
         and facts.node_rank.value != config.node_rank
+        and "node_rank" in reading.origins  # not an assumed index (the batch script's 0)
         and source.name != "mpi"  # MPI daemons' Slurm node ids need not follow rank order
     ):
         name, value = facts.node_rank
@@ -370,8 +450,16 @@ def _cross_check(source: Source, config: ClusterConfig, facts: NodeFacts) -> lis
             f"give {launcher} the node index {value} (a static rendezvous with --node-rank="
             f"{value}; clusterenv launch does)",
         ))
-    if facts.primary is not None and facts.primary[1] != config.primary_addr:
+    if facts.primary is not None and not same_address(facts.primary[1], config.primary_addr):
         variable, address = facts.primary
+        if parse_ip(address) is None or parse_ip(config.primary_addr) is None:
+            reading.unresolved.append(Unresolved(
+                "worker-primary-addr",
+                Spelled(variable, address),
+                Spelled(config.primary_variable, config.primary_addr),
+                "the rendezvous address",
+            ))
+            return notes
         notes.append(Finding.of(
             "worker-primary-addr",
             f"{launcher}'s MASTER_ADDR={config.primary_addr} is not {variable}={address}",

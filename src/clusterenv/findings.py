@@ -129,6 +129,7 @@ Code = Literal[
     "worker-node-count",
     "worker-node-rank",
     "worker-primary-addr",
+    "runpod-gpu-count",
     "launch-torchrun-missing",
     "launch-nproc-exceeds-gpus",
     "launch-nproc-differs",
@@ -386,6 +387,9 @@ CODES: dict[Code, CodeInfo] = {
     ),
     "worker-primary-addr": CodeInfo(
         "config", "warning", "The worker's rendezvous address is not the provider's primary"
+    ),
+    "runpod-gpu-count": CodeInfo(
+        "config", "warning", "The Runpod pod's GPU count disagrees with the cluster contract"
     ),
     # -- launch
     "launch-torchrun-missing": CodeInfo(

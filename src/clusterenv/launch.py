@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from clusterenv._facts import Facts
-from clusterenv._root import as_root, which
+from clusterenv._root import absolute_entries, as_root, which
 from clusterenv._text import count
 from clusterenv.config import ClusterConfig
 from clusterenv.diagnosis import diagnose_facts
@@ -181,10 +181,11 @@ def find_torchrun(environ: Mapping[str, str] | None = None) -> list[str]:
             return [found]
     if here:
         return [sys.executable, "-m", TORCHRUN_MODULE]
+    searched = len(absolute_entries(path, limit=256))
     raise LaunchError(
-        f"torchrun not found: it is not on PATH ({path or 'empty'}) and {sys.executable} "
-        f"cannot import torch; install PyTorch in the environment that runs the job "
-        f"({_INSTALL_TORCH}) or put its bin directory on PATH"
+        f"torchrun not found: none of the {searched} directories on PATH has it, and "
+        f"{sys.executable} cannot import torch; install PyTorch in the environment that runs "
+        f"the job ({_INSTALL_TORCH}) or put its bin directory on PATH"
     )
 
 
@@ -499,8 +500,7 @@ def plan_launch(
         except LaunchError as e:
             torchrun = ["torchrun"]
             findings.append(Finding.of(
-                "launch-torchrun-missing", str(e),
-                (f"PATH={env.get('PATH', '')}", f"python: {sys.executable}"), _INSTALL_TORCH,
+                "launch-torchrun-missing", str(e), (), _INSTALL_TORCH,
             ))
     facts = Facts(environ=env, root=host_root, config=config, nccl_version=nccl_version)
     nccl = plan_from_facts(facts, override=override, debug=debug)

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
@@ -151,17 +152,53 @@ def _scrub_row(row: Sequence[object]) -> list[object]:
 _VARIABLE = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
-def table(rows: Iterable[Sequence[object]], headers: Sequence[str]) -> str:
+#: The width of output that does not go to a terminal (a log, a pipe, a CI job).
+NOT_A_TERMINAL_WIDTH = 160
+
+
+def output_width(stream: TextIO | None = None) -> int:
+    """The columns to wrap output at: the terminal's width (at least 60), or
+    :data:`NOT_A_TERMINAL_WIDTH` when ``stream`` is not a terminal."""
+    out = stream or sys.stdout
+    try:
+        if out.isatty():
+            return max(60, os.get_terminal_size(out.fileno()).columns)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return NOT_A_TERMINAL_WIDTH
+
+
+def wrap(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
+    """``first + text`` folded at spaces to ``width`` columns, continuation lines indented by
+    ``indent``; a word longer than a line (a path, an address list) is never cut."""
+    return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+
+
+def table(rows: Iterable[Sequence[object]], headers: Sequence[str], *,
+          width: int | None = None) -> str:
     """A plain-text table with aligned columns; every cell passes the terminal sanitiser, and
-    the values of a secret-looking variable are hidden (:func:`_scrub_row`)."""
+    the values of a secret-looking variable are hidden (:func:`_scrub_row`). A row wider than
+    ``width`` (:func:`output_width` by default) has its widest cells folded onto more lines."""
+    limit = output_width() if width is None else width
     body = [[("-" if cell is None else printable(cell)) for cell in _scrub_row(row)]
             for row in rows]
     widths = [len(h) for h in headers]
     for row in body:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
+    while sum(widths) + 2 * (len(widths) - 1) > limit:
+        widest = max(range(len(widths)), key=lambda i: widths[i])
+        room = widths[widest] - (sum(widths) + 2 * (len(widths) - 1) - limit)
+        if room < max(12, len(headers[widest])):
+            break
+        widths[widest] = room
     lines = ["  ".join(h.ljust(widths[i]) for i, h in enumerate(headers)).rstrip()]
-    lines.extend("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in body)
+    for row in body:
+        cells = [wrap(c, widths[i]) if len(c) > widths[i] else [c] for i, c in enumerate(row)]
+        for k in range(max(len(c) for c in cells)):
+            parts = [(c[k] if k < len(c) else "").ljust(widths[i]) for i, c in enumerate(cells)]
+            lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
 
 
@@ -169,17 +206,30 @@ _SEVERITY_COLOUR = {"error": "red", "warning": "yellow", "info": "blue"}
 
 
 def render_findings(findings: Iterable[Finding], stream: TextIO | None = None) -> str:
-    """Findings for people: severity and code, title, evidence and fix, errors first."""
+    """Findings for people: severity and code, title, evidence and fix, errors first, folded
+    to the output's width (:func:`output_width`). Evidence already shown for an earlier finding
+    of the report is not repeated (``--json`` keeps it all)."""
     ordered = sort_findings(findings)
     if not ordered:
         return style("no problems found", "green", stream)
+    width = output_width(stream)
+    shown: set[str] = set()
     blocks = []
+    pad = " " * 8
     for f in ordered:
-        head = style(f"{f.severity.upper():7}", _SEVERITY_COLOUR[f.severity], stream)
-        lines = [f"{head} [{printable(f.code)}] {printable(f.title)}"]
-        lines.extend(f"        evidence: {printable(item)}" for item in f.evidence)
+        head = f"{f.severity.upper():7} [{printable(f.code)}] "
+        lines = wrap(printable(f.title), width, pad, head)
+        lines[0] = lines[0].replace(f"{f.severity.upper():7}",
+                                    style(f"{f.severity.upper():7}", _SEVERITY_COLOUR[f.severity],
+                                          stream), 1)
+        for item in f.evidence:
+            text = printable(item)
+            if text in shown:
+                continue
+            shown.add(text)
+            lines += wrap(text, width, pad + "  ", f"{pad}evidence: ")
         if f.fix:
-            lines.append(f"        fix: {printable(f.fix)}")
+            lines += wrap(printable(f.fix), width, pad + "  ", f"{pad}fix: ")
         blocks.append("\n".join(lines))
     counts: Mapping[str, int] = {
         s: sum(1 for f in ordered if f.severity == s) for s in ("error", "warning", "info")

@@ -112,7 +112,8 @@ def comments(plan: NcclPlan) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the exports; 0, or 2 when the environment is invalid (nothing is printed then)."""
+    """Print the exports; exit 0, 1 when an error remains with them (a kept value that breaks
+    the job), or 2 when the environment is invalid (nothing is printed then)."""
     from clusterenv.config import check_config  # heavy imports on use only
     from clusterenv.errors import ConfigError
     from clusterenv.nccl import plan_nccl_env
@@ -138,7 +139,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_nccl and root.is_live:
         for line in _nccl_comments(environ, plan, root, check.config):
             print(line, file=sys.stderr)
-    return 0
+    errors = [f for f in plan.findings if f.severity == "error"]
+    if not errors:
+        return 0
+    # A value the plan keeps will still break the job: say so, and fail the command, so that
+    # `out=$(clusterenv env) && eval "$out"` in a job script stops here.
+    kept = [c.name for c in plan.changes if c.action == "keep" and not args.override]
+    hint = (f"; `clusterenv env --override` replaces the value{'s' if len(kept) > 1 else ''} "
+            f"you set ({', '.join(kept)}) with the plan's" if kept else "")
+    count = "1 error remains" if len(errors) == 1 else f"{len(errors)} errors remain"
+    print(f"# {count} with these settings (exit 1){hint}", file=sys.stderr)
+    return 1
 
 
 def _nccl_comments(

@@ -13,15 +13,18 @@ from clusterenv._cli._common import (
     add_source,
     emit_json,
     host_context,
+    output_width,
     render_findings,
     style,
     table,
+    wrap,
 )
 from clusterenv._text import printable
 
 if TYPE_CHECKING:
     from clusterenv._facts import Facts
     from clusterenv.config import ClusterConfig
+    from clusterenv.findings import Finding
     from clusterenv.nccl import NcclPlan
     from clusterenv.nccl.bootstrap import BootstrapChoice, NcclBootstrap
     from clusterenv.rdma import RdmaPort
@@ -47,9 +50,12 @@ def _size(n: int | None) -> str:
 
 def _pairs(rows: list[tuple[str, object]]) -> str:
     width = max((len(key) for key, _ in rows), default=0)
-    return "\n".join(
-        f"{key.ljust(width)}  {'-' if value is None else printable(value)}" for key, value in rows
-    )
+    total = output_width()
+    lines: list[str] = []
+    for key, value in rows:
+        text = "-" if value is None else printable(value)
+        lines += wrap(text, total, " " * (width + 2), f"{key.ljust(width)}  ")
+    return "\n".join(lines)
 
 
 def _config_rows(cfg: ClusterConfig) -> list[tuple[str, object]]:
@@ -178,7 +184,6 @@ def run(args: argparse.Namespace) -> int:
     """Print every part; exit 0, or 2 when the environment or host cannot be read."""
     from clusterenv._cli._versions import version_rows, versions
     from clusterenv.diagnosis import diagnose_with_plan  # heavy imports on use
-    from clusterenv.errors import ConfigError
 
     environ, root = host_context(args)
     diagnosis = diagnose_with_plan(environ, root=root, debug=args.debug,
@@ -186,8 +191,7 @@ def run(args: argparse.Namespace) -> int:
     findings, plan, facts = list(diagnosis.findings), diagnosis.plan, diagnosis.facts
     bootstrap = diagnosis.bootstrap
     if facts.config is None:
-        check = facts.check
-        raise ConfigError(check.problems if check else (), source=facts.source)
+        return _invalid(args, facts, findings, versions(facts, root))
     found = versions(facts, root)
     if args.json:
         parts: dict[str, Any] = {
@@ -206,15 +210,49 @@ def run(args: argparse.Namespace) -> int:
     sections = [
         (heading, _pairs(rows)),
         ("config", _pairs(_config_rows(facts.config))),
-        ("network", table(_network_rows(facts),
-                          ("interface", "state", "mtu", "speed", "addresses", "role"))),
-        ("rdma", table(_rdma_rows(facts),
-                       ("port", "state", "link", "Gb/s", "netdev", "gid", "usable"))
-         if facts.rdma.devices else "no RDMA device"),
-        ("host", _pairs(_host_rows(facts))),
+        *_node_sections(facts),
         ("plan (clusterenv env / apply_nccl_defaults)", _plan_text(plan)),
         ("NCCL bootstrap interface", _bootstrap_text(bootstrap) if bootstrap else "unknown"),
         ("findings", render_findings(findings)),
     ]
     print("\n\n".join(f"{style(title, 'bold')}\n{body}" for title, body in sections))
     return 0
+
+
+def _invalid(args: argparse.Namespace, facts: Facts, findings: list[Finding],
+             found: dict[str, Any]) -> int:
+    """An invalid contract: its problems, and beside them what this node has (interfaces, RDMA,
+    host), which is what a user needs to fix them, after the versions. Exit 2: the plan cannot
+    be made."""
+    from clusterenv._cli._versions import version_rows
+    from clusterenv.errors import ConfigError
+
+    check = facts.check
+    error = ConfigError(check.problems if check else (), source=facts.source)
+    if args.json:
+        emit_json({"versions": found, "config": None,
+                   "problems": [str(p) for p in error.problems],
+                   "network": facts.network, "rdma": facts.rdma, "host": facts.host,
+                   "findings": findings})
+        return 2
+    heading, rows = version_rows(found)
+    sections = [
+        (heading, _pairs(rows)),
+        ("config (invalid: nothing is planned until it is fixed)", str(error)),
+        *_node_sections(facts),
+        ("findings", render_findings(findings)),
+    ]
+    print("\n\n".join(f"{style(title, 'bold')}\n{body}" for title, body in sections))
+    return 2
+
+
+def _node_sections(facts: Facts) -> list[tuple[str, str]]:
+    """What this node has: its interfaces, RDMA ports and host facts."""
+    return [
+        ("network", table(_network_rows(facts),
+                          ("interface", "state", "mtu", "speed", "addresses", "role"))),
+        ("rdma", table(_rdma_rows(facts),
+                       ("port", "state", "link", "Gb/s", "netdev", "gid", "usable"))
+         if facts.rdma.devices else "no RDMA device"),
+        ("host", _pairs(_host_rows(facts))),
+    ]

@@ -64,7 +64,9 @@ def assumptions(facts: Facts) -> Assumptions:
                   f"{config.num_trainers} process{'es' if config.num_trainers != 1 else ''} "
                   f"per node ({config.world_size} in the job)")
         node = f"rank {config.node_rank}; rendezvous {config.host_node_addr}"
-    if not facts.multi_node:
+    if config is None:
+        cluster = "unknown: the cluster environment is invalid"
+    elif not facts.multi_node:
         cluster = "not needed on one node"
     else:
         interface, why = facts.cluster_choice

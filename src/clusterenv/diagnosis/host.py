@@ -9,7 +9,7 @@ import ipaddress
 import socket
 
 from clusterenv._facts import Facts
-from clusterenv._root import format_size_limit
+from clusterenv._root import format_size_limit, which
 from clusterenv._shell import command, prose
 from clusterenv._text import count
 from clusterenv.errors import DiscoveryError
@@ -132,13 +132,35 @@ def _launcher(facts: Facts) -> list[Finding]:
     if facts.environ.get("RANK") is not None or facts.environ.get("LOCAL_RANK") is not None:
         return []
     torchrun = command("torchrun", *config.torchrun_args(), "train.py")
+    evidence = [f"source: {config.source}", "RANK and LOCAL_RANK are unset"]
+    fix = f"clusterenv launch -- train.py   (or: {torchrun})"
+    missing = _torch_missing(facts)
+    if missing is not None:  # the fix must run here: say what it needs first
+        evidence.append(missing)
+        fix = ("install PyTorch in this Python environment (pip install torch), then "
+               f"clusterenv launch -- train.py   (or: {torchrun})")
     return [Finding.of(
         "launcher-missing",
         "the cluster variables are set but no per-process ranks: start training with torchrun "
         "(plain `python train.py` fails with 'environment variable RANK expected, but not set')",
-        (f"source: {config.source}", "RANK and LOCAL_RANK are unset"),
-        f"clusterenv launch -- train.py   (or: {torchrun})",
+        tuple(evidence), fix,
     )]
+
+
+def _torch_missing(facts: Facts) -> str | None:
+    """Why ``clusterenv launch`` could not start torchrun here, or None when it can (or this is
+    a snapshot, whose Python environment is not this one)."""
+    if not facts.root.is_live:
+        return None
+    import importlib.util  # noqa: PLC0415  # only when the finding is made
+    import sys  # noqa: PLC0415
+
+    if importlib.util.find_spec("torch") is not None:
+        return None
+    if which("torchrun", facts.environ.get("PATH")) is not None:
+        return None
+    return (f"no torchrun on PATH, and this Python ({sys.executable}) cannot import torch: "
+            "clusterenv launch needs one of them")
 
 
 def host_checks(facts: Facts) -> list[Finding]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from clusterenv._facts import Facts
 from clusterenv._root import as_root
 from clusterenv.diagnosis.assumed import cluster_variables_missing
+from clusterenv.diagnosis.contract import contract_checks
 from clusterenv.diagnosis.host import host_checks, oversized_files
 from clusterenv.diagnosis.network import network_checks
 from clusterenv.diagnosis.rdma import rdma_checks
@@ -104,6 +105,7 @@ def diagnose_facts(
     findings += [f for f in plan.findings if f.code not in _REDUNDANT]
     findings += network_checks(facts, bootstrap)
     findings += rendezvous_checks(facts)
+    findings += contract_checks(facts)
     findings += rdma_checks(facts)
     findings += host_checks(facts)
     findings += cluster_variables_missing(facts)

@@ -23,7 +23,7 @@ from clusterenv.nccl.interface import (
     socket_interfaces,
     usable_cluster_interface,
 )
-from clusterenv.nccl.paths import reach, transport
+from clusterenv.nccl.paths import Reach, reach, transport
 from clusterenv.sources import runpod
 
 __all__ = ["GlooBinding", "gloo_binding", "network_checks"]
@@ -63,20 +63,19 @@ def _socket_unset(facts: Facts, bootstrap_report: NcclBootstrap | None) -> list[
         return []
     severity: Severity = "error" if first.connects is False or broken else "warning"
     parts = []
-    if first.connects is not True:
-        parts.append(f"NCCL would bootstrap over {facts.describe(bootstrap)}, {first.why}")
-    if others:
-        listed = "; ".join(f"{facts.describe(r.interface)}, {r.why}" for r in others)
-        parts.append(f"NCCL's socket transport, which carries the data here ({carrier_why}), "
-                     f"would also use {listed}")
-    title = "NCCL_SOCKET_IFNAME is unset: " + "; ".join(parts)
     if first.connects is False:
-        title += ": the other nodes cannot reach it, so the job hangs in ncclCommInitRank"
-    elif broken:
-        title += (": the other nodes cannot reach it, so the job hangs at its first collective "
-                  "(connect timeouts)")
-    else:
-        title += ": the job hangs if the other nodes cannot reach it"
+        parts.append(f"NCCL would bootstrap over {facts.describe(bootstrap)}, {first.why}, "
+                     "which the other nodes cannot reach: the job hangs in ncclCommInitRank")
+    elif first.connects is None:
+        parts.append(f"NCCL would bootstrap over {facts.describe(bootstrap)}, {first.why}: the "
+                     "job hangs if the other nodes cannot reach it")
+    if others:
+        used = _grouped(facts, others)
+        then = ("the job hangs at its first collective (connect timeouts)" if broken
+                else "the job hangs if the other nodes cannot reach them")
+        parts.append(f"NCCL's socket transport, which carries the data here ({carrier_why}), "
+                     f"would also use {used}: {then}")
+    title = "NCCL_SOCKET_IFNAME is unset: " + "; ".join(parts)
     fix_name = usable_cluster_interface(facts)
     said = None
     if asked is not None and asked.asked and asked.log:
@@ -90,6 +89,8 @@ def _socket_unset(facts: Facts, bootstrap_report: NcclBootstrap | None) -> list[
             "NCCL's default: ib*, else every interface but docker*/lo*/virbr*, in kernel "
             f"order: {', '.join(facts.kernel_order) or 'none'}",
             f"data between nodes: {carrier} ({carrier_why})",
+            *((f"socket transport devices: {', '.join(chosen)}",)
+              if _truncated(others) else ()),
             f"cluster interface: {facts.cluster_choice[1]}",
         ),
         f"{export('NCCL_SOCKET_IFNAME', planned_socket_ifname(facts, fix_name))}, or "
@@ -97,6 +98,35 @@ def _socket_unset(facts: Facts, bootstrap_report: NcclBootstrap | None) -> list[
         export("NCCL_SOCKET_IFNAME", Placeholder("<the cluster interface>")),
         severity=severity,
     )]
+
+
+#: Interfaces named per reason in a title; the rest are counted (the evidence lists them all).
+_NAMES_SHOWN = 4
+
+
+def _grouped(facts: Facts, reaches: list[Reach]) -> str:
+    """``"vethA0, vethA1 (only link-local addresses); eth0 (172.20.0.5), Runpod's management
+    interface"``: interfaces sharing a reason named once with it, at most four per reason."""
+    groups: dict[str, list[str]] = {}
+    for r in reaches:
+        groups.setdefault(r.why, []).append(r.interface)
+    texts = []
+    for why, names in groups.items():
+        if len(names) == 1:
+            texts.append(f"{facts.describe(names[0])}, {why}")
+            continue
+        shown = ", ".join(names[:_NAMES_SHOWN])
+        more = f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else ""
+        texts.append(f"{shown}{more} ({why})")
+    return "; ".join(texts)
+
+
+def _truncated(reaches: list[Reach]) -> bool:
+    """Whether :func:`_grouped` leaves names out (then the evidence lists them all)."""
+    counts: dict[str, int] = {}
+    for r in reaches:
+        counts[r.why] = counts.get(r.why, 0) + 1
+    return any(n > _NAMES_SHOWN for n in counts.values())
 
 
 #: The fix for every socket variable the plan sets.

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from clusterenv._root import Root
 from clusterenv._shell import export
-from clusterenv._values import parse_decimal, parse_host, parse_ip
+from clusterenv._values import is_loopback_host, parse_decimal, parse_host, parse_ip
 from clusterenv.errors import ConfigProblem
 from clusterenv.findings import Code, Finding
 
@@ -26,11 +26,41 @@ __all__ = [
     "NodeFacts",
     "Reading",
     "Source",
+    "Spelled",
+    "Unresolved",
     "plain_int",
+    "same_address",
 ]
 
 #: torchrun's default rendezvous port, used where a source has no port of its own.
 DEFAULT_PORT = 29500
+
+
+class Spelled(NamedTuple):
+    """An address and the variable it came from, e.g. ``Spelled("MASTER_ADDR", "pod-0")``."""
+
+    variable: str
+    host: str
+
+
+class Unresolved(NamedTuple):
+    """Two spellings of one address that only resolving can compare: a host name beside an IP
+    address or another name (``PRIMARY_ADDR=10.65.0.10``, ``MASTER_ADDR=pod-0``).
+
+    Reading is pure, so they are not judged here: ``doctor`` and ``launch`` resolve both as
+    the job will and report ``code`` when they name different hosts.
+
+    Attributes:
+        code: The finding when they resolve apart, e.g. ``"config-alias-mismatch"``.
+        first: The spelling used, e.g. ``Spelled("PRIMARY_ADDR", "10.65.0.10")``.
+        second: The other spelling, e.g. ``Spelled("MASTER_ADDR", "pod-0")``.
+        what: What both name, e.g. ``"the primary node's cluster address"``.
+    """
+
+    code: Code
+    first: Spelled
+    second: Spelled
+    what: str
 
 
 @dataclass
@@ -46,6 +76,11 @@ class Reading:
     #: ``("PRIMARY_ADDR", "MASTER_ADDR")``; empty when the source derived it (a Slurm node
     #: list, an MPI host list).
     primary_variables: tuple[str, ...] = ()
+    #: Spellings of one address that only resolving can compare (see :class:`Unresolved`).
+    unresolved: list[Unresolved] = field(default_factory=list)
+    #: Where a field's value came from, e.g. ``{"node_rank": "SLURM_NODEID",
+    #: "num_nodes": "SLURM_STEP_NUM_NODES"}``, for messages that compare it with another layer.
+    origins: dict[str, str] = field(default_factory=dict)
 
 
 class EnvReader:
@@ -98,11 +133,14 @@ class EnvReader:
         return None, None
 
     def aliased(
-        self, *names: str, required: bool, what: str
+        self, *names: str, required: bool, what: str, hosts: bool = False
     ) -> tuple[str, str] | None:
         """Read a value that may be spelled several ways (``PRIMARY_ADDR`` / ``MASTER_ADDR``).
 
-        Every spelling that is set must agree; the first is reported as the one used.
+        Every spelling that is set must agree; the first is reported as the one used. With
+        ``hosts``, two spellings that are valid hosts and differ only where resolving could
+        tell (a name beside an address or another name) are kept in ``reading.unresolved``
+        instead of being a problem.
         """
         present = [(n, v) for n in names if (v := self.get(n)) is not None]
         if not present:
@@ -117,7 +155,14 @@ class EnvReader:
             return None
         name, value = present[0]
         for other, other_value in present[1:]:
-            if not _same_value(value, other_value):
+            if hosts and _needs_resolving(value, other_value):
+                self.reading.unresolved.append(Unresolved(
+                    "config-alias-mismatch",
+                    Spelled(name, parse_host(value) or value),
+                    Spelled(other, parse_host(other_value) or other_value),
+                    what,
+                ))
+            elif not _same_value(value, other_value):
                 self.problem(
                     (name, other),
                     f"{name}={value!r} and {other}={other_value!r} disagree: they are two "
@@ -200,7 +245,7 @@ class EnvReader:
 
     def host(self, *names: str, required: bool, what: str) -> str | None:
         """Read a host: an IP address (IPv6 with or without brackets) or a DNS name."""
-        found = self.aliased(*names, required=required, what=what)
+        found = self.aliased(*names, required=required, what=what, hosts=True)
         return None if found is None else self._host(*found, what=what)
 
     def _host(self, name: str, value: str, *, what: str) -> str | None:
@@ -216,7 +261,7 @@ class EnvReader:
 
     def primary(self, *names: str, required: bool, what: str) -> str | None:
         """Read the rendezvous address (:meth:`host`), noting which variable held it."""
-        found = self.aliased(*names, required=required, what=what)
+        found = self.aliased(*names, required=required, what=what, hosts=True)
         if found is None:
             return None
         self.reading.primary_variables = tuple(n for n in names if self.get(n) is not None)
@@ -242,6 +287,25 @@ class EnvReader:
     def any_set(self, *names: str) -> bool:
         """Whether any of ``names`` is set (non-empty), valid or not."""
         return any(self.get(n) is not None for n in names)
+
+
+def same_address(a: str, b: str) -> bool:
+    """Whether two hosts are the same without resolving anything: equal as text (ignoring
+    case and a trailing dot) or as IP addresses."""
+    ha, hb = parse_host(a), parse_host(b)  # canonical: addresses, names in lower case
+    return ha is not None and ha == hb
+
+
+def _needs_resolving(a: str, b: str) -> bool:
+    """Two valid hosts, at least one a name, that are not the same as written. ``localhost``
+    needs no resolver (it is loopback by definition): beside a host that is not loopback it
+    disagrees as written."""
+    ha, hb = parse_host(a), parse_host(b)
+    if ha is None or hb is None or same_address(ha, hb):
+        return False
+    if is_loopback_host(ha) != is_loopback_host(hb):
+        return False
+    return parse_ip(ha) is None or parse_ip(hb) is None
 
 
 def _same_value(a: str, b: str) -> bool:
@@ -275,6 +339,8 @@ class NodeFacts:
     num_nodes: Named | None = None
     per_node: Named | None = None
     primary: tuple[str, str] | None = None
+    #: This node's own address on the platform's network, e.g. ``("NODE_ADDR", "10.65.0.3")``.
+    node_addr: tuple[str, str] | None = None
 
 
 def plain_int(environ: Mapping[str, str], *names: str) -> Named | None:
@@ -300,6 +366,16 @@ class Source(ABC):
     auto: ClassVar[bool] = True
     #: The variables whose presence makes it match, reported by :meth:`reason`.
     markers: ClassVar[tuple[str, ...]] = ()
+    #: Variables that only this launcher or platform puts into the processes it starts
+    #: (taken from its own code or documentation), so that any one of them proves it was
+    #: here even when the rest are missing (a partial dump, a launcher that skipped one): the
+    #: registry then chooses this source, which names what is missing, instead of falling
+    #: through to the local default. Names other launchers share (``RANK``, ``WORLD_SIZE``,
+    #: ``MASTER_ADDR``) are not identifying.
+    identifying: ClassVar[tuple[str, ...]] = ()
+    #: Who sets the identifying variables, for messages (``"torchrun"``, ``"Slurm"``,
+    #: ``"SkyPilot"``).
+    setter: ClassVar[str] = ""
 
     @abstractmethod
     def matches(self, environ: Mapping[str, str]) -> bool:
@@ -318,8 +394,24 @@ class Source(ABC):
                 caller finds it), e.g. the node count a Lightning child cannot know itself.
         """
 
+    def evidence(self, environ: Mapping[str, str]) -> tuple[str, ...]:
+        """The :attr:`identifying` variables that are set (non-empty), e.g.
+        ``("GROUP_RANK", "ROLE_RANK")``; empty when there is no trace of this source."""
+        return tuple(name for name in self.identifying if environ.get(name))
+
     def reason(self, environ: Mapping[str, str]) -> str:
-        """Why it matched, e.g. ``"TORCHELASTIC_RUN_ID is set"`` (for ``show`` and ``doctor``)."""
+        """Why it matched, e.g. ``"TORCHELASTIC_RUN_ID is set"`` (for ``show`` and ``doctor``).
+
+        A source chosen on its :meth:`evidence` alone says so: ``"GROUP_RANK is set, which only
+        torchrun sets, but not all that torchrun sets"``.
+        """
+        if not self.matches(environ):
+            found = self.evidence(environ)
+            if found:
+                verb = "is" if len(found) == 1 else "are"
+                who = self.setter or self.launcher
+                return (f"{', '.join(found)} {verb} set, which only {who} sets, but not all "
+                        f"that {who} sets")
         present = [name for name in self.markers if name in environ]
         if not present:
             return "nothing more specific matched"

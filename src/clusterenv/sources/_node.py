@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Mapping
 
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
 from clusterenv._shell import Placeholder, export
 from clusterenv.sources._base import EnvReader
 
-__all__ = ["gpus_or_visible", "ip_lines", "nproc_per_node"]
+__all__ = ["gpus_or_visible", "ip_lines", "nproc_per_node", "torchrun_rendezvous_options"]
+
+
+def torchrun_rendezvous_options(
+    environ: Mapping[str, str], names: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Which of torchrun's options given as variables (``PET_<OPTION>``, read by
+    ``torch/distributed/argparse_util.py``) in ``names`` are set and say that nodes rendezvous
+    with each other: any of them except ``PET_NNODES``, which counts only when it is not one
+    node (``1``, ``1:1``: what ``clusterenv env --torchrun`` exports on one machine, with
+    ``PET_STANDALONE``). ``PET_NPROC_PER_NODE`` never does: it describes one machine."""
+    found = []
+    for name in names:
+        value = (environ.get(name) or "").strip()
+        if not value or (name == "PET_NNODES" and value.replace(" ", "") in ("1", "1:1")):
+            continue
+        found.append(name)
+    return tuple(found)
 
 
 def ip_lines(env: EnvReader, name: str) -> list[str] | None:

@@ -132,6 +132,13 @@ def finish_worker(
         )
     fields["node_rank"] = None if node_rank is None else node_rank.value
     fields["num_nodes"] = nodes
+    origins = env.reading.origins
+    for key, named in (("node_rank", node_rank), ("num_nodes", num_nodes),
+                       ("num_trainers", local_world)):
+        if named is not None:
+            origins.setdefault(key, named.name)
+    if num_nodes is None and world is not None and local_world is not None:
+        origins.setdefault("num_nodes", f"{world.name} / {local_world.name}")
     fields["num_trainers"] = None if local_world is None else local_world.value
     fields["world_size"] = None if world is None else world.value
     if (

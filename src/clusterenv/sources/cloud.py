@@ -57,6 +57,12 @@ class SageMakerSource(Source):
 
     name: ClassVar[str] = "sagemaker"
     markers: ClassVar[tuple[str, ...]] = ("SM_HOSTS", "SM_CURRENT_HOST")
+    #: The topology the training toolkit and the SDK drivers write (``SM_`` + the key of
+    #: ``environment.py``); ``SM_NUM_GPUS`` and the like describe one host only.
+    identifying: ClassVar[tuple[str, ...]] = (
+        "SM_HOSTS", "SM_CURRENT_HOST", "SM_MASTER_ADDR", "SM_CURRENT_HOST_RANK", "SM_HOST_COUNT",
+    )
+    setter: ClassVar[str] = "SageMaker"
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """``SM_HOSTS`` and ``SM_CURRENT_HOST`` are set."""
@@ -87,15 +93,26 @@ class SageMakerSource(Source):
             )
         elif hosts is not None:
             fields["primary_addr"] = parse_host(hosts[0])
-            if current not in hosts:
+            if current is None:
+                env.problem(("SM_CURRENT_HOST",), "SM_CURRENT_HOST is not set (this container's "
+                            "host name in SM_HOSTS)", "let SageMaker set it", "config-missing")
+            elif current not in hosts:
                 env.problem(("SM_CURRENT_HOST", "SM_HOSTS"),
                             f"SM_CURRENT_HOST={current!r} is not in SM_HOSTS", "let SageMaker "
                             "set them", "config-invalid")
             else:
                 fields["node_rank"] = hosts.index(current)
+        elif not env.any_set("SM_HOSTS"):
+            env.problem(("SM_HOSTS",), "SM_HOSTS is not set (the JSON list of the job's host "
+                        "names, the first the primary)", "let SageMaker set it",
+                        "config-missing")
         fields["num_nodes"] = env.integer("SM_HOST_COUNT", required=False, what="hosts",
                                           example="<hosts>", minimum=1) or (
             len(hosts) if hosts is not None else None)
+        if env.any_set("SM_MASTER_ADDR") and not env.any_set("SM_HOST_COUNT", "SM_HOSTS"):
+            env.problem(("SM_HOST_COUNT", "SM_HOSTS"), "neither SM_HOST_COUNT nor SM_HOSTS is "
+                        "set, so the number of hosts is unknown", "let SageMaker set them",
+                        "config-missing")
         port_name, _ = env.first("SM_MASTER_PORT", "MASTER_PORT")
         fields["primary_port"] = (
             env.port(port_name, required=True) if port_name else SAGEMAKER_PORT
@@ -117,6 +134,8 @@ class VertexSource(Source):
 
     name: ClassVar[str] = "vertex"
     markers: ClassVar[tuple[str, ...]] = ("CLUSTER_SPEC",)
+    identifying: ClassVar[tuple[str, ...]] = ("CLUSTER_SPEC",)
+    setter: ClassVar[str] = "Vertex AI"
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """``CLUSTER_SPEC`` is set."""

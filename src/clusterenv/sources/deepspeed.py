@@ -34,6 +34,9 @@ class DeepSpeedSource(Source):
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "the deepspeed launcher"
     markers: ClassVar[tuple[str, ...]] = ("RANK", "LOCAL_RANK", *_DEEPSPEED)
+    #: DeepSpeed's own names (``deepspeed/launcher/launch.py``; its MPICH and Intel MPI runners
+    #: pass ``LOCAL_SIZE`` with ``-genv``).
+    identifying: ClassVar[tuple[str, ...]] = _DEEPSPEED
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """Both ranks and at least one of DeepSpeed's own names are set."""

@@ -25,6 +25,13 @@ class DstackSource(Source):
 
     name: ClassVar[str] = "dstack"
     markers: ClassVar[tuple[str, ...]] = ("DSTACK_NODE_RANK", "DSTACK_MASTER_NODE_IP")
+    #: The cluster variables dstack's runner gives a task's jobs (``executor.go``,
+    #: ``tasks.md`` "System environment variables").
+    identifying: ClassVar[tuple[str, ...]] = (
+        "DSTACK_NODE_RANK", "DSTACK_NODES_NUM", "DSTACK_MASTER_NODE_IP", "DSTACK_NODES_IPS",
+        "DSTACK_MPI_HOSTFILE",
+    )
+    setter: ClassVar[str] = "dstack"
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """``DSTACK_NODE_RANK`` is set."""

@@ -1,8 +1,9 @@
 """A generic ``MASTER_ADDR``/``MASTER_PORT`` setup (a scheduler, a script, Kubeflow's ``PET_*``).
 
-Reads ``MASTER_ADDR`` (required), ``MASTER_PORT`` (default 29500, torchrun's), ``NODE_RANK``
-(default 0), ``NUM_NODES`` and ``NUM_TRAINERS`` (or torchrun's ``PET_NNODES``,
-``PET_NODE_RANK``, ``PET_NPROC_PER_NODE``), ``WORLD_SIZE`` and ``NODE_ADDR`` when present.
+Reads ``MASTER_ADDR`` (required; or torchrun's ``PET_MASTER_ADDR``), ``MASTER_PORT`` (or
+``PET_MASTER_PORT``; default 29500, torchrun's), ``NODE_RANK`` (default 0), ``NUM_NODES`` and
+``NUM_TRAINERS`` (or torchrun's ``PET_NNODES``, ``PET_NODE_RANK``, ``PET_NPROC_PER_NODE``),
+``WORLD_SIZE`` and ``NODE_ADDR`` when present.
 Missing counts are derived: processes per node default to the visible GPUs (else 1), and the node
 count to ``WORLD_SIZE`` divided by that when ``WORLD_SIZE`` is set, else 1.
 """
@@ -23,6 +24,7 @@ from clusterenv.sources._base import (
     Source,
     plain_int,
 )
+from clusterenv.sources._node import torchrun_rendezvous_options
 
 __all__ = ["GenericSource"]
 
@@ -33,10 +35,18 @@ class GenericSource(Source):
     name: ClassVar[str] = "generic"
 
     markers: ClassVar[tuple[str, ...]] = ("MASTER_ADDR",)
+    #: torchrun's own rendezvous address and a node count above one, given as variables
+    #: (``PET_MASTER_ADDR``, ``PET_NNODES``): a node set up for a multi-node torchrun.
+    identifying: ClassVar[tuple[str, ...]] = ("PET_MASTER_ADDR", "PET_NNODES")
+    setter: ClassVar[str] = "a torchrun setup"
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """``MASTER_ADDR`` is set."""
         return bool(environ.get("MASTER_ADDR"))
+
+    def evidence(self, environ: Mapping[str, str]) -> tuple[str, ...]:
+        """``PET_MASTER_ADDR``, or a ``PET_NNODES`` of more than one node."""
+        return torchrun_rendezvous_options(environ, self.identifying)
 
     def node_facts(self, environ: Mapping[str, str]) -> NodeFacts | None:
         """``NODE_RANK``, ``NUM_NODES``, ``NUM_TRAINERS`` (or their ``PET_*`` spellings) as
@@ -60,10 +70,13 @@ class GenericSource(Source):
         fields = reading.fields
         fields["primary_addr"] = env.primary(
             "MASTER_ADDR",
+            "PET_MASTER_ADDR",
             required=True,
             what="the rendezvous (rank 0) address",
         )
-        fields["primary_port"] = env.port("MASTER_PORT", required=False, default=DEFAULT_PORT)
+        fields["primary_port"] = env.port(
+            "MASTER_PORT", "PET_MASTER_PORT", required=False, default=DEFAULT_PORT
+        )
         fields["node_addr"] = env.ip(
             "NODE_ADDR", required=False, what="this node's cluster address"
         )

@@ -23,7 +23,7 @@ from clusterenv.sources._base import (
     Source,
     plain_int,
 )
-from clusterenv.sources._node import nproc_per_node
+from clusterenv.sources._node import nproc_per_node, torchrun_rendezvous_options
 
 __all__ = ["KubeflowSource"]
 
@@ -34,10 +34,24 @@ class KubeflowSource(Source):
     name: ClassVar[str] = "kubeflow"
     markers: ClassVar[tuple[str, ...]] = ("PET_NNODES", "PET_NPROC_PER_NODE",
                                           "KUBERNETES_SERVICE_HOST")
+    #: torchrun's rendezvous options that the operators write into the pod (v1
+    #: ``envvar.go``/``elastic.go``, v2 ``torch.go``); they identify Kubeflow only inside a
+    #: Kubernetes pod (``KUBERNETES_SERVICE_HOST``), since anyone may export them for torchrun.
+    identifying: ClassVar[tuple[str, ...]] = (
+        "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_RDZV_ENDPOINT",
+    )
+    setter: ClassVar[str] = "the Kubeflow training operator"
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """``PET_NNODES`` and ``PET_NPROC_PER_NODE`` in a Kubernetes pod."""
         return all(environ.get(n) for n in self.markers)
+
+    def evidence(self, environ: Mapping[str, str]) -> tuple[str, ...]:
+        """torchrun's rendezvous options in a Kubernetes pod (see
+        :func:`~clusterenv.sources._node.torchrun_rendezvous_options`)."""
+        if not environ.get("KUBERNETES_SERVICE_HOST"):
+            return ()
+        return torchrun_rendezvous_options(environ, self.identifying)
 
     def node_facts(self, environ: Mapping[str, str]) -> NodeFacts:
         """The pod's node rank and the node count (a fixed ``PET_NNODES``)."""
@@ -80,7 +94,11 @@ class KubeflowSource(Source):
         )
         nnodes = env.get("PET_NNODES") or ""
         low, sep, high = nnodes.partition(":")
-        if sep and low.strip() != high.strip():
+        if not nnodes:
+            env.problem(("PET_NNODES",), "PET_NNODES is not set (the number of pods, torchrun's "
+                        "--nnodes)", "export PET_NNODES=<the number of nodes>", "config-missing")
+            fields["num_nodes"] = None
+        elif sep and low.strip() != high.strip():
             env.problem(("PET_NNODES",),
                         f"PET_NNODES={nnodes!r} is an elastic range; clusterenv needs a fixed "
                         "node count", "export NUM_NODES=<the number of nodes>",

@@ -27,7 +27,7 @@ from clusterenv._root import Root
 from clusterenv.sources._base import DEFAULT_PORT, EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named, finish_worker
 from clusterenv.sources.local import LOCAL_PRIMARY
-from clusterenv.sources.slurm import slurm_primary, slurm_tasks_per_node
+from clusterenv.sources.slurm import in_slurm_task, slurm_primary, slurm_tasks_per_node
 
 __all__ = ["FAMILIES", "MpiSource"]
 
@@ -42,9 +42,35 @@ FAMILIES: tuple[tuple[str, str, str, tuple[str, ...], str], ...] = (
 )
 
 
-def _family(environ: Mapping[str, str]) -> tuple[str, str, str, tuple[str, ...], str] | None:
+Family = tuple[str, str, str, tuple[str, ...], str]
+
+# What else only mpirun sets (Open MPI's "Environment variables set for MPI applications").
+_MORE: dict[str, tuple[str, ...]] = {
+    "Open MPI": ("OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE"),
+}
+# Names that Slurm's MPI plugins set in its own tasks too (srun --mpi=pmi2): inside a Slurm task
+# they do not show that an MPI launcher started the process.
+_SHARED_WITH_SLURM = frozenset({"PMI_RANK", "PMI_SIZE"})
+
+
+def _names(family: Family) -> tuple[str, ...]:
+    label, rank, size, local_ranks, local_size = family
+    return (rank, size, *local_ranks, local_size, *_MORE.get(label, ()))
+
+
+def _evidence(family: Family, environ: Mapping[str, str]) -> tuple[str, ...]:
+    shared_is_slurms = in_slurm_task(environ)
+    return tuple(n for n in _names(family) if environ.get(n)
+                 and not (shared_is_slurms and n in _SHARED_WITH_SLURM))
+
+
+def _family(environ: Mapping[str, str]) -> Family | None:
+    """The family whose rank and size are set, else the first one with any variable set."""
     for family in FAMILIES:
         if environ.get(family[1]) and environ.get(family[2]):
+            return family
+    for family in FAMILIES:
+        if _evidence(family, environ):
             return family
     return None
 
@@ -55,16 +81,24 @@ class MpiSource(Source):
     name: ClassVar[str] = "mpi"
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "mpirun"
+    identifying: ClassVar[tuple[str, ...]] = tuple(n for f in FAMILIES for n in _names(f))
+    setter: ClassVar[str] = "an MPI launcher"
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """One family's rank and size are both set."""
-        return _family(environ) is not None
+        return any(environ.get(f[1]) and environ.get(f[2]) for f in FAMILIES)
+
+    def evidence(self, environ: Mapping[str, str]) -> tuple[str, ...]:
+        """Any family's variables; ``PMI_RANK``/``PMI_SIZE`` only outside a Slurm task."""
+        return tuple(n for f in FAMILIES for n in _evidence(f, environ))
 
     def reason(self, environ: Mapping[str, str]) -> str:
         """The family and its two variables."""
         family = _family(environ)
         if family is None:
             return "forced"
+        if not self.matches(environ):
+            return f"{super().reason(environ)} ({family[0]})"
         return f"{family[1]} and {family[2]} are set ({family[0]})"
 
     def read(
@@ -106,7 +140,9 @@ class MpiSource(Source):
             )
             if listed is not None and node is not None and node < len(listed[1]):
                 local_size = Named(listed[0], listed[1][node])
-        if local_size is None and not reading.problems:
+        if local_size is None and local_name is None and not env.any_set(
+            local_size_name, "SLURM_LOCALID"
+        ):
             env.problem(
                 (local_size_name,),
                 f"{local_size_name} is not set ({label} ranks on this node), so this node's "

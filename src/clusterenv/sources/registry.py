@@ -34,6 +34,12 @@ __all__ = ["SOURCES", "SOURCE_NAMES", "detect_source", "outer_facts", "source_na
 #:    ``kubeflow``.
 #: 7. ``generic`` ``MASTER_ADDR``, then ``local``.
 #:
+#: A source is chosen when it matches (its full set of variables) **or** when any of its
+#: identifying variables is present (:meth:`Source.evidence`): partial evidence of a launcher
+#: or platform selects it, and its reading names what is missing, so an environment is read as
+#: the local default only when no launcher or platform left a trace. The order is the same
+#: for both, so the innermost launcher still wins.
+#:
 #: ``paidlc`` is never detected (its ``WORLD_SIZE`` = nodes and ``RANK`` = node index look
 #: like other meanings); it is used only when forced.
 SOURCES: tuple[Source, ...] = (
@@ -68,7 +74,8 @@ def source_named(name: str) -> Source | None:
 
 
 def detect_source(environ: Mapping[str, str], *, level: str | None = None) -> Source:
-    """The first source in :data:`SOURCES` that matches (``local`` at the latest).
+    """The first source in :data:`SOURCES` that matches or shows identifying evidence
+    (``local`` at the latest).
 
     Args:
         environ: The variables to look at.
@@ -77,7 +84,7 @@ def detect_source(environ: Mapping[str, str], *, level: str | None = None) -> So
     for source in SOURCES:
         if not source.auto or (level is not None and source.level != level):
             continue
-        if source.matches(environ):
+        if source.matches(environ) or source.evidence(environ):
             return source
     return next(s for s in SOURCES if s.name == "local")
 

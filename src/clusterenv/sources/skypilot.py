@@ -25,6 +25,13 @@ class SkyPilotSource(Source):
 
     name: ClassVar[str] = "skypilot"
     markers: ClassVar[tuple[str, ...]] = ("SKYPILOT_NODE_RANK", "SKYPILOT_NODE_IPS")
+    #: What SkyPilot sets only in the ``run`` stage (its environment-variables page): not
+    #: ``SKYPILOT_NUM_NODES`` or ``SKYPILOT_TASK_ID``, which are not documented as run-only,
+    #: nor the ``SKYPILOT_SETUP_*`` of the ``setup`` stage, which is not a training context.
+    identifying: ClassVar[tuple[str, ...]] = (
+        "SKYPILOT_NODE_RANK", "SKYPILOT_NODE_IPS", "SKYPILOT_NUM_GPUS_PER_NODE",
+    )
+    setter: ClassVar[str] = "SkyPilot"
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """``SKYPILOT_NODE_RANK`` is set."""

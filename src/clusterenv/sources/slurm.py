@@ -41,7 +41,44 @@ from clusterenv.sources._base import (
 from clusterenv.sources._process import Named, finish_worker
 from clusterenv.sources._slurm_parse import expand_hostlist, parse_counts_per_node
 
-__all__ = ["SlurmSource", "slurm_port", "slurm_primary", "slurm_tasks_per_node"]
+__all__ = [
+    "STEP_VARIABLES",
+    "TASK_VARIABLES",
+    "SlurmSource",
+    "in_slurm_task",
+    "slurm_port",
+    "slurm_primary",
+    "slurm_tasks_per_node",
+]
+
+#: What srun puts into the tasks of a step and sbatch does not put into the batch script: the
+#: step's own variables and srun's address (the "OUTPUT ENVIRONMENT VARIABLES" of Slurm's
+#: ``srun.1`` less those of ``sbatch.1`` and ``salloc.1``, keeping the ones about the step or
+#: srun; ``tools/launcher_variables.py slurm`` lists them from a Slurm checkout). Any one of
+#: them shows that this process is a task of an ``srun`` step, not the batch script.
+STEP_VARIABLES: tuple[str, ...] = (
+    "SLURM_STEP_ID",
+    "SLURM_STEPID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_STEP_NUM_NODES",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_STEP_LAUNCHER_PORT",
+    "SLURM_STEP_GPUS",
+    "SLURM_SRUN_COMM_HOST",
+    "SLURM_SRUN_COMM_PORT",
+    "SLURM_LAUNCH_NODE_IPADDR",
+)
+#: What slurmstepd gives every task it starts, the batch script (task 0 of the batch step)
+#: included (``setup_env`` in Slurm's ``src/common/env.c``, listed in ``sbatch.1`` and
+#: ``srun.1``), but not an ``salloc`` shell, which runs where salloc ran and is no task.
+TASK_VARIABLES: tuple[str, ...] = (
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_GTIDS",
+    "SLURM_TASK_PID",
+)
 
 _JOB_ID = ("SLURM_JOB_ID", "SLURM_JOBID")
 _NODES = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
@@ -50,6 +87,18 @@ _TASKS_PER_NODE = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
 # Node-level platforms that run their nodes as one Slurm task each (SkyPilot on Slurm): their
 # variables describe the node better than the task's.
 _PLATFORMS_ON_SLURM = ("SKYPILOT_NODE_RANK", "DSTACK_NODE_RANK")
+
+
+def in_slurm_task(environ: Mapping[str, str]) -> bool:
+    """Whether Slurm started this process (a task of a step, or the batch script), unless a
+    platform runs its nodes as Slurm tasks (SkyPilot, dstack on Slurm)."""
+    return _slurm_evidence(environ) != ()
+
+
+def _slurm_evidence(environ: Mapping[str, str]) -> tuple[str, ...]:
+    if any(environ.get(n) for n in _PLATFORMS_ON_SLURM):
+        return ()
+    return tuple(n for n in (*TASK_VARIABLES, *STEP_VARIABLES) if environ.get(n))
 
 
 def slurm_port(environ: Mapping[str, str]) -> int:
@@ -112,12 +161,18 @@ class SlurmSource(Source):
     launcher: ClassVar[str] = "srun"
     markers: ClassVar[tuple[str, ...]] = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_PROCID",
                                           "SLURM_STEP_ID")
+    identifying: ClassVar[tuple[str, ...]] = (*TASK_VARIABLES, *STEP_VARIABLES)
+    setter: ClassVar[str] = "Slurm"
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """A job id and a task rank, unless a platform runs its nodes as Slurm tasks."""
         if not (any(environ.get(n) for n in _JOB_ID) and environ.get("SLURM_PROCID")):
             return False
         return not any(environ.get(n) for n in _PLATFORMS_ON_SLURM)
+
+    def evidence(self, environ: Mapping[str, str]) -> tuple[str, ...]:
+        """A task's or a step's variables, unless a platform runs its nodes as Slurm tasks."""
+        return _slurm_evidence(environ)
 
     def node_facts(self, environ: Mapping[str, str]) -> NodeFacts | None:
         """The step's node count. Not the node index: a dynamic torchrun rendezvous may number
@@ -132,7 +187,7 @@ class SlurmSource(Source):
         reading = Reading()
         env = EnvReader(environ, reading)
         fields = reading.fields
-        in_step = env.any_set("SLURM_STEP_ID", "SLURM_STEPID")
+        in_step = env.any_set(*STEP_VARIABLES)
         primary = env.host(
             "MASTER_ADDR", required=False, what="the rendezvous address"
         )
@@ -191,6 +246,9 @@ class SlurmSource(Source):
             # One task per node (or the batch script): a launcher for this node.
             fields["node_rank"] = node_rank
             fields["num_nodes"] = nodes
+            reading.origins["num_nodes"] = nodes_name or "SLURM_NNODES"
+            if in_step:  # the batch script is node 0 by assumption, not by a task's index
+                reading.origins["node_rank"] = "SLURM_NODEID"
             gpus = plain_int(environ, "SLURM_GPUS_ON_NODE")
             fields["num_trainers"] = (
                 gpus.value if gpus is not None and gpus.value > 0

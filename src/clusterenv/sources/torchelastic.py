@@ -17,7 +17,26 @@ from clusterenv._root import Root
 from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named, finish_worker
 
-__all__ = ["TorchElasticSource", "read_env_worker"]
+__all__ = ["TORCHRUN_VARIABLES", "TorchElasticSource", "read_env_worker"]
+
+#: What torchrun's agent writes into each worker's environment that no other launcher does:
+#: ``LocalElasticAgent._start_workers`` in ``torch/distributed/elastic/agent/server/
+#: local_elastic_agent.py``, and ``TORCHELASTIC_ERROR_FILE`` from the log specs in
+#: ``torch/distributed/elastic/multiprocessing/api.py`` (``tools/launcher_variables.py torchrun``
+#: lists them from an installed torch). ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+#: ``LOCAL_WORLD_SIZE`` and ``MASTER_*`` are torch's ``env://`` names, which other launchers
+#: set too, and ``ROLE_NAME`` is too common a word to prove anything.
+TORCHRUN_VARIABLES: tuple[str, ...] = (
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+)
 
 
 class TorchElasticSource(Source):
@@ -27,6 +46,7 @@ class TorchElasticSource(Source):
     level: ClassVar[str] = "process"
     launcher: ClassVar[str] = "torchrun"
     markers: ClassVar[tuple[str, ...]] = ("TORCHELASTIC_RUN_ID",)
+    identifying: ClassVar[tuple[str, ...]] = TORCHRUN_VARIABLES
 
     def matches(self, environ: Mapping[str, str]) -> bool:
         """torchrun's run id is present (any value, ``none`` included)."""
