@@ -7,10 +7,12 @@ archive too big for any snapshot is refused as a whole, naming the file (exit 2)
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tarfile
@@ -188,36 +190,54 @@ def test_a_hostile_archive_writes_nothing_outside_and_reads_nothing_outside(
     assert left_behind(tmp_path) == []
 
 
-def test_the_unpacked_snapshot_is_private_and_holds_no_special_files(tmp_path: Path) -> None:
-    # Look inside while it exists: a command that stays running (preflight waiting for nodes)
-    # with the archive unpacked.
+def full_pipe() -> tuple[int, int]:
+    """A pipe whose buffer is already full: a process writing to it blocks until it is read."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_end, b"x" * 4096)
+    os.set_blocking(write_end, True)
+    return read_end, write_end
+
+
+def test_the_unpacked_snapshot_is_private_and_removed_on_ctrl_c(tmp_path: Path) -> None:
+    # Look inside while it exists: doctor's output goes to a pipe that is already full, so the
+    # command stops at its first write, after it unpacked and read the archive.
     archive, _ = hostile(tmp_path)
     scratch = tmp_path / "tmpdir"
     scratch.mkdir()
     env = {**base_env(), "TMPDIR": str(scratch)}
+    env.pop("PYTHONUNBUFFERED", None)
+    read_end, write_end = full_pipe()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clusterenv", "preflight", "--timeout", "30", "--root",
-         archive.name], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [sys.executable, "-m", "clusterenv", "doctor", "--no-nccl", "--root", archive.name],
+        cwd=tmp_path, env=env, stdout=write_end, stderr=subprocess.PIPE)
+    os.close(write_end)
     try:
-        unpacked: list[Path] = []
-        for _ in range(300):
-            unpacked = [p for p in scratch.iterdir() if p.name.startswith("clusterenv-snapshot-")]
-            if unpacked and (unpacked[0] / ".clusterenv").exists():
+        wchan = Path(f"/proc/{proc.pid}/wchan")
+        for _ in range(600):  # until it waits to write: everything is unpacked by then
+            # pipe_write, anon_pipe_write or pipe_wait_writable, as kernels name it
+            if proc.poll() is not None or "pipe" in wchan.read_text():
                 break
-            proc.poll()
-            assert proc.returncode is None, proc.communicate()
             time.sleep(0.1)
-        assert unpacked, "the archive was not unpacked under TMPDIR"
-        assert unpacked[0].stat().st_mode & 0o777 == 0o700
-        for path in unpacked[0].rglob("*"):
+        assert proc.poll() is None, proc.communicate()
+        (unpacked,) = [p for p in scratch.iterdir() if p.name.startswith("clusterenv-snapshot-")]
+        assert unpacked.stat().st_mode & 0o777 == 0o700
+        kinds = set()
+        for path in unpacked.rglob("*"):
             mode = path.lstat().st_mode
-            kind = mode & 0o170000
-            assert kind in (0o040000, 0o100000, 0o120000), path  # dir, file, link only
+            kinds.add(stat.S_IFMT(mode))
+            assert stat.S_IFMT(mode) in (stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK), path
             assert not mode & 0o7000, path  # no setuid, setgid or sticky bit
+        assert kinds == {stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK}
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C: the command ends and removes it
-        proc.communicate(timeout=30)
-    assert proc.returncode == 130
+        time.sleep(1)
+        with os.fdopen(read_end, "rb") as reader:  # what it still writes at exit
+            reader.read()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
     assert left_behind(tmp_path) == []
 
 
