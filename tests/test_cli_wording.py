@@ -44,12 +44,16 @@ PATTERNS: dict[str, str] = {
 
 
 def scan(outputs: dict[str, str]) -> list[str]:
+    """Every match, in each text as printed and with its lines joined (long lines are folded
+    to the terminal's width, which may split a phrase)."""
     wrong = []
     for name, text in outputs.items():
+        joined = " ".join(text.split())
         for pattern, why in PATTERNS.items():
-            wrong += [f"{name}: {why}: {m.string[max(0, m.start() - 60):m.end() + 40]!r}"
-                      for m in re.finditer(pattern, text)]
-    return wrong
+            for where in (text, joined) if "^" not in pattern else (text,):
+                wrong += [f"{name}: {why}: {m.string[max(0, m.start() - 60):m.end() + 40]!r}"
+                          for m in re.finditer(pattern, where)]
+    return sorted(set(wrong))
 
 
 def cli(argv: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None,
@@ -132,9 +136,9 @@ def test_a_refused_launch_shows_its_plan_as_information_and_names_the_option(
     assert result.returncode == 1, result.stderr
     assert result.stdout == ""  # stdout belongs to the job
     assert result.stderr.startswith("this node would start:\n  "), result.stderr[:200]
-    assert ("clusterenv launch: refusing to start the job: 1 error remains after the plan"
-            in result.stderr)
-    assert result.stderr.rstrip().endswith("or pass --force to start it anyway")
+    said = " ".join(result.stderr.split())  # long lines are folded to the terminal's width
+    assert "clusterenv launch: refusing to start the job: 1 error remains after the plan" in said
+    assert said.endswith("or pass --force to start it anyway")
     wrong = scan({"launch refused": result.stderr})
     assert not wrong, "\n".join(wrong)
 
@@ -162,8 +166,9 @@ def test_an_error_that_names_the_command_is_not_prefixed_with_it_twice(
     env = {**base_env(), "PATH": f"{venv_without_torch.parent}{os.pathsep}/usr/bin:/bin"}
     env.pop("PYTHONPATH", None)
     out = cli(["bench"], tmp_path, env=env, executable=str(venv_without_torch))
-    assert "clusterenv bench: PyTorch is not installed in the interpreter that runs it" in out
-    assert "pip install torch" in out
+    said = " ".join(out.split())
+    assert "clusterenv bench: PyTorch is not installed in the interpreter that runs it" in said
+    assert "pip install torch" in said
     wrong = scan({"bench without torch": out})
     assert not wrong, "\n".join(wrong)
 
