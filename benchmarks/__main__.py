@@ -27,10 +27,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str] | None]] = {
     "import": ("bench_import.py", [], ["--samples", "9"]),
     "rdma-detect": ("bench_rdma_detect.py", [], ["--repeat", "3"]),
     "network-detect": ("bench_network_detect.py", [], ["--repeat", "5"]),
-    "preflight": ("bench_preflight.py", [], ["8", "512", "--runs", "1"]),
+    "preflight": ("bench_preflight.py", [], ["8", "512", "2048", "--runs", "1"]),
     "preflight-hostile": ("bench_preflight_hostile.py", [], ["--runs", "2"]),
-    "nccl-log": ("bench_nccl_log.py", [], ["--size-mb", "10", "--repeat", "2",
-                                          "--no-newline-mb", "50"]),
+    "nccl-log": ("bench_nccl_log.py", [], ["--size-mb", "10", "--unique-mb", "10",
+                                          "--processes", "1024", "--addresses-mb", "4",
+                                          "--repeat", "2", "--no-newline-mb", "50"]),
     "nccl-probe": ("bench_nccl_probe.py", [], None),
 }
 

@@ -1,44 +1,55 @@
-"""Throughput of read_nccl_log() on a large log, against the floor of reading it line by line.
+"""Speed of ``clusterenv nccl-log --json`` on large logs, against a plain Python line loop.
 
-Builds a log of ``--size-mb`` (default 100 MB) by repeating the lines of the real NCCL logs in
-tests/data/nccl_logs/real/ (every line an NCCL line: the worst case; real job logs interleave
-training output, which costs one substring test per line). Three timings, best of ``--repeat``:
+Three shapes of log, each timed end to end (``read_nccl_log``, the findings and the JSON output,
+as ``clusterenv nccl-log --json FILE`` runs them) against the floor of reading the same file
+(``for line in open(path): pass``, decoding included), CPU time, best of ``--repeat``:
 
-- floor: ``for line in open(path): pass`` (decoding included, as the parser pays it too);
-- scan: the least any Python line parser does: find the ``NCCL INFO`` marker, slice the message;
-- parse: ``read_nccl_log(path)``.
-
-``--unique-pids`` gives every repetition new process ids, so that nothing is repeated verbatim
-(the caches keyed by line and by line prefix then miss; the cache keyed by message text still
-hits, as it does in real logs where every rank prints the same messages). Its ratio is printed
-for information; the goal is set on the default log.
+- ``repeated`` (default ``--size-mb`` 100): the lines of the real logs in
+  tests/data/nccl_logs/real/ repeated verbatim (jobs that print the same lines again);
+  goal within 5x the floor.
+- ``unique`` (``--unique-mb`` 100): lines that never repeat: 8192 processes on 1024 hosts, each
+  printing the real 2.27 RoCE capture's setup lines with its own host, pid, rank, address and
+  communicator, then the channel lines of NCCL 2.19+ (src/transport/net.cc ``Channel %02d/%d :
+  %d[%d] -> %d[%d] [%s] via NET/%s/%d%s%s``, src/transport/p2p.cc ``... via P2P/%s%s%s``)
+  and ``Init COMPLETE``; goal within 10x the floor.
+- ``addresses`` (``--addresses-mb`` 20): one process per host, every host with its own
+  bootstrap address (in 172.16.0.0/12, so that each is judged): no check may grow with
+  processes x addresses. Goal: linear, the ratio to the floor at this size at most 1.3x the
+  ratio of a quarter of it (a path growing with processes x addresses makes it 4x).
 
 Memory: a file of ``--no-newline-mb`` (default 1000) MB without a newline is parsed in a child
-process whose peak RSS is printed next to that of a child that only imports clusterenv.
+process whose peak RSS is printed next to that of a child that only imports clusterenv; goal
+under 200 MB more than the import alone.
 
-Goals (exit 1 when missed): parse <= 5x the floor (CPU time, best of ``--repeat``, same run),
-and the no-newline file parsed in under 200 MB more than the import alone.
+Exit 1 when any goal is missed. ``python -m benchmarks --quick`` runs smaller files of the same
+shapes.
 
-Run: ``python benchmarks/bench_nccl_log.py [--size-mb 100] [--repeat 3] [--unique-pids]
-[--no-newline-mb 1000]``
+Run: ``python benchmarks/bench_nccl_log.py [--size-mb 100] [--unique-mb 100] [--addresses-mb 20]
+[--repeat 3] [--no-newline-mb 1000]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from clusterenv.nccl_log import read_nccl_log
+from clusterenv.cli import main as cli_main
 
 REAL = Path(__file__).resolve().parents[1] / "tests" / "data" / "nccl_logs" / "real"
-_PID = re.compile(r"^([^\s:]+):(\d+):(\d+) ")
+ROCE = REAL / "nccl-info-h100-roce-2.27-ofi-plugin-fallback-ib.txt"
+GOALS = {"repeated": 5.0, "unique": 10.0}
+GOAL_LINEAR = 1.3
+GOAL_EXTRA_RSS_MB = 200.0
+_PROCESSES, _HOSTS = 8192, 1024
 
 
 def real_lines() -> list[str]:
@@ -49,24 +60,75 @@ def real_lines() -> list[str]:
     return lines
 
 
-def renumbered(lines: list[str], offset: int) -> list[str]:
-    """The lines with every pid shifted by ``offset`` (other processes, same messages)."""
-
-    def shift(match: re.Match[str]) -> str:
-        return f"{match[1]}:{int(match[2]) + offset}:{match[3]} "
-
-    return [_PID.sub(shift, line) for line in lines] if offset else lines
+def process_template() -> list[str]:
+    """The setup lines one process of the real RoCE capture printed (rank 9, pid 207008)."""
+    return [line for line in ROCE.read_text(encoding="utf-8").splitlines()
+            if line.startswith("tpgds-aihub0008:207008:")]
 
 
-def write_log(path: Path, size: int, *, unique_pids: bool) -> int:
-    lines = real_lines()
-    written = repetition = 0
+def _process_lines(template: list[str], host: int, local: int, channels: int, *,
+                   address: str, hosts: int) -> Iterator[str]:
+    rank = host * 8 + local
+    nranks = hosts * 8
+    prefix = f"gpu-node-{host:04d}:{300000 + rank}:{300000 + rank} [{local}] NCCL INFO "
+    comm = f"0x55{rank:010x}"
+    for line in template:
+        msg = line.split(" NCCL INFO ", 1)[1]
+        msg = (msg.replace("10.99.91.63", address).replace("0x5654997a1f80", comm)
+               .replace("rank 9 nranks 16", f"rank {rank} nranks {nranks}")
+               .replace("cudaDev 1 nvmlDev 1", f"cudaDev {local} nvmlDev {local}")
+               .replace("GPU device 1", f"GPU device {local}"))
+        yield prefix + msg + "\n"
+    peer = (rank + 8) % nranks
+    for channel in range(channels):
+        yield (f"{prefix}Channel {channel:02d}/0 : {rank}[{local}] -> {(rank + 1) % nranks}"
+               f"[{(local + 1) % 8}] via P2P/CUMEM/read\n")
+        yield (f"{prefix}Channel {channel:02d}/0 : {peer}[{local}] -> {rank}[{local}] [receive] "
+               f"via NET/IB/{local}/GDRDMA\n")
+        yield (f"{prefix}Channel {channel:02d}/0 : {rank}[{local}] -> {peer}[{local}] [send] "
+               f"via NET/IB/{local}/GDRDMA\n")
+    yield f"{prefix}Connected all rings, use ring PXN 0 GDR 1\n"
+    yield (f"{prefix}ncclCommInitRank comm {comm} rank {rank} nranks {nranks} cudaDev {local} "
+           f"nvmlDev {local} busId {0x1b000 + local * 0x10000:x} commId 0xde4443395863ef4a - "
+           "Init COMPLETE\n")
+
+
+def write_repeated(path: Path, size: int) -> int:
+    lines = "".join(real_lines())
     with open(path, "w", encoding="utf-8") as out:
-        while written < size:
-            chunk = "".join(renumbered(lines, repetition * 1_000_000 if unique_pids else 0))
-            out.write(chunk)
-            written += len(chunk.encode("utf-8"))
-            repetition += 1
+        for _ in range(max(1, size // len(lines.encode()))):
+            out.write(lines)
+    return os.path.getsize(path)
+
+
+def write_unique(path: Path, size: int, processes: int = _PROCESSES, hosts: int = _HOSTS) -> int:
+    """``processes`` processes on ``hosts`` hosts, as many channels each as fill ``size``."""
+    template = process_template()
+    per_process = size / processes
+    base = sum(len(s) for s in _process_lines(template, 0, 0, 0, address="10.64.0.1", hosts=1))
+    channel = sum(len(s) for s in _process_lines(template, 0, 0, 1, address="10.64.0.1",
+                                                 hosts=1)) - base
+    channels = max(1, round((per_process - base) / channel))
+    with open(path, "w", encoding="utf-8") as out:
+        for index in range(processes):
+            host, local = divmod(index, processes // hosts)
+            out.writelines(_process_lines(template, host, local % 8, channels,
+                                          address=f"10.{64 + host // 256}.{host % 256}.1",
+                                          hosts=hosts))
+    return os.path.getsize(path)
+
+
+def write_addresses(path: Path, size: int) -> int:
+    """One process per host, every host bootstrapping from its own 172.16.0.0/12 address."""
+    template = process_template()
+    per_host = sum(len(s) for s in _process_lines(template, 0, 0, 0, address="172.20.0.1",
+                                                  hosts=1))
+    hosts = max(2, size // per_host)
+    with open(path, "w", encoding="utf-8") as out:
+        for host in range(hosts):
+            out.writelines(_process_lines(template, host, 0, 0, hosts=hosts,
+                                          address=f"172.{20 + host // 65536}."
+                                                  f"{host // 256 % 256}.{host % 256}"))
     return os.path.getsize(path)
 
 
@@ -76,16 +138,10 @@ def floor(path: Path) -> None:
             pass
 
 
-def scan(path: Path) -> None:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            pos = line.find("NCCL INFO ")
-            if pos >= 0:
-                line[pos + 10 :].strip()
-
-
-def parse(path: Path) -> None:
-    read_nccl_log(path)
+def end_to_end(path: Path) -> None:
+    """What ``clusterenv nccl-log --json FILE`` does, in this process (output discarded)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        cli_main(["nccl-log", "--json", str(path)])
 
 
 def best(fns: dict[str, Callable[[Path], None]], path: Path, repeat: int) -> dict[str, float]:
@@ -103,8 +159,6 @@ def best(fns: dict[str, Callable[[Path], None]], path: Path, repeat: int) -> dic
     return {name: min(values) for name, values in times.items()}
 
 
-GOAL_RATIO = 5.0
-GOAL_EXTRA_RSS_MB = 200.0
 # The child's own peak (VmHWM): getrusage's ru_maxrss survives exec, so it would report this
 # process's peak after it parsed 100 MB.
 _RSS = """
@@ -132,36 +186,51 @@ def peak_rss_mb(*args: str) -> float:
     return float(out.stdout)
 
 
+def run_shape(name: str, path: Path, size: int, repeat: int, failed: list[str] | None,
+              **options: int) -> float:
+    """Write the shape, time it against the floor, print and judge the ratio; returns it."""
+    writer = {"repeated": write_repeated, "unique": write_unique,
+              "addresses": write_addresses}[name]
+    written = writer(path, size, **options)
+    results = best({"floor": floor, "nccl-log": end_to_end}, path, repeat)
+    ratio = results["nccl-log"] / results["floor"]
+    lines = sum(1 for _ in open(path, encoding="utf-8"))  # noqa: SIM115
+    hosts = len({m.group(1) for m in re.finditer(r"^([\w.-]+):", path.read_text(), re.M)})
+    goal = f" (goal <= {GOALS[name]:.0f})" if name in GOALS else ""
+    print(f"{name:9} {written / 1e6:6.1f} MB {lines:8} lines {hosts:5} hosts: floor "
+          f"{results['floor']:6.2f} s, nccl-log --json {results['nccl-log']:6.2f} s  "
+          f"x{ratio:5.1f}{goal}", flush=True)
+    if failed is not None and name in GOALS and ratio > GOALS[name]:
+        failed.append(f"{name}: {ratio:.1f}x the floor, goal {GOALS[name]:.0f}x")
+    path.unlink()
+    return ratio
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mb", type=float, default=100.0)
+    parser.add_argument("--size-mb", type=float, default=100.0, help="the repeated shape")
+    parser.add_argument("--unique-mb", type=float, default=100.0)
+    parser.add_argument("--addresses-mb", type=float, default=20.0)
+    parser.add_argument("--processes", type=int, default=_PROCESSES,
+                        help="processes of the unique shape (hosts: an eighth of them)")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--unique-pids", action="store_true")
     parser.add_argument("--no-newline-mb", type=float, default=1000.0)
     args = parser.parse_args()
-    failed = []
+    failed: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "nccl.log"
-        size = write_log(path, int(args.size_mb * 1e6), unique_pids=args.unique_pids)
-        megabytes = size / 1e6
-        log = read_nccl_log(path)
-        print(f"log: {megabytes:.1f} MB, {log.lines_read} lines, {log.lines_matched} NCCL lines, "
-              f"{len(log.ranks)} processes")
-        results = best({"floor": floor, "scan": scan, "parse": parse}, path, args.repeat)
-        path.unlink()
-        for name, seconds in results.items():
-            ratio = seconds / results["floor"]
-            print(f"{name:6} {seconds:7.3f} s  {megabytes / seconds:8.1f} MB/s  x{ratio:5.1f} "
-                  "floor (CPU time)")
-        print(f"parse / scan: x{results['parse'] / results['scan']:.2f}")
-        ratio = results["parse"] / results["floor"]
-        if args.unique_pids:
-            print(f"ratio {ratio:.1f} with unique process ids (information; the goal is set on "
-                  "the default log)")
-        else:
-            print(f"ratio {ratio:.1f} (goal <= {GOAL_RATIO:.0f})")
-            if ratio > GOAL_RATIO:
-                failed.append(f"parse is {ratio:.1f}x the floor, goal {GOAL_RATIO:.0f}x")
+        run_shape("repeated", path, int(args.size_mb * 1e6), args.repeat, failed)
+        run_shape("unique", path, int(args.unique_mb * 1e6), args.repeat, failed,
+                  processes=args.processes, hosts=max(1, args.processes // 8))
+        quarter = run_shape("addresses", path, int(args.addresses_mb * 1e6 / 4), args.repeat,
+                            None)
+        full = run_shape("addresses", path, int(args.addresses_mb * 1e6), args.repeat, failed)
+        growth = full / quarter
+        print(f"addresses: x{growth:.2f} the ratio of a quarter of the size (goal <= "
+              f"{GOAL_LINEAR}: nothing grows with processes x addresses)", flush=True)
+        if growth > GOAL_LINEAR:
+            failed.append(f"addresses: the ratio grows {growth:.2f}x from a quarter of the "
+                          f"size, goal {GOAL_LINEAR}x")
         if args.no_newline_mb > 0:
             joined = Path(tmp) / "joined.log"
             write_no_newline(joined, int(args.no_newline_mb * 1e6))

@@ -15,6 +15,12 @@ The time is from the nodes' start to the last node holding its verdict. Goals (e
 missed): under attack, the verdict within the baseline time + 1 s, and the primary's peak RSS
 under 64 MB.
 
+Then the other direction: a hostile primary (a listener in this process that won the port)
+answers a real node (:func:`clusterenv.preflight.run_node` in a child process, which reports its
+own ``VmHWM`` and how many characters the verdict would print) with a verdict of empty evidence
+items, the 16 MiB one of the original attack and the largest a node reads (4 MiB). Goal: the
+node's peak RSS under 64 MB and nothing of the verdict printed.
+
 Each scenario runs ``--runs`` times (default 3); the fastest verdict and the largest peak RSS
 count.
 
@@ -24,6 +30,7 @@ Run: ``python benchmarks/bench_preflight_hostile.py [--runs N]``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import socket
@@ -34,6 +41,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from clusterenv.preflight import Fingerprint, PreflightOptions, run_node
+from clusterenv.preflight.wire import FrameReader, Kind, encode_frame, encode_json
 
 NODES = 4
 RSS_GOAL_MB = 64.0
@@ -103,6 +111,60 @@ def run(scenario: str) -> tuple[float, dict[str, float]]:
     return elapsed, report
 
 
+_NODE = """
+import json, re, sys
+from clusterenv._cli.preflight import format_verdict
+from clusterenv.preflight import (Fingerprint, PreflightError, PreflightOptions, PreflightResult,
+                                  run_node)
+fp = Fingerprint(rank=1, num_nodes=2, num_trainers=8, hostname="node-1")
+try:
+    verdict = run_node(fp, primary_addr="127.0.0.1", port=int(sys.argv[1]),
+                       options=PreflightOptions(timeout=20))
+    printed = len(format_verdict(PreflightResult(verdict.exit_code, "node", 1, "", verdict)))
+    outcome = "accepted"
+except PreflightError as e:
+    printed, outcome = len(str(e)), "refused: " + str(e)[:120]
+peak_kib = int(re.search(r"VmHWM:\\s*(\\d+)", open("/proc/self/status").read()).group(1))
+print(json.dumps({"rss_mb": peak_kib / 1024, "printed": printed, "outcome": outcome}))
+"""
+
+
+def hostile_verdict(size: int) -> bytes:
+    """A verdict of one problem with as many empty evidence items as fit in ``size`` bytes."""
+    head = encode_json({"expected_nodes": 2, "primary": "127.0.0.1:1", "problems": [
+        {"code": "x", "severity": "error", "title": "t", "evidence": ["@"]}]})
+    count = (size - len(head)) // 3
+    return head.replace(b'["@"]', b"[" + b",".join([b'""'] * count) + b"]")
+
+
+def node_under_attack(size: int) -> dict[str, object]:
+    """Run a real node against a listener that answers with :func:`hostile_verdict`."""
+    payload = hostile_verdict(size)
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError), server.accept()[0] as conn:
+            hello = {"nonce": "11" * 16, "auth": False, "ring": False, "timeout_s": 10}
+            conn.sendall(encode_frame(Kind.HELLO, encode_json(hello)))
+            reader = FrameReader(max_payload=1 << 20, expect={Kind.OPEN, Kind.FINGERPRINT})
+            while True:
+                while (frame := reader.next_frame()) is None:
+                    reader.feed(conn.recv(65536))
+                if frame.kind == Kind.FINGERPRINT:
+                    break
+            conn.sendall(encode_frame(Kind.VERDICT, payload))
+            conn.recv(1)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    child = subprocess.run([sys.executable, "-c", _NODE, str(server.getsockname()[1])],
+                           capture_output=True, text=True, timeout=120, check=False)
+    thread.join(10)
+    server.close()
+    report: dict[str, object] = json.loads(child.stdout.splitlines()[-1])
+    return report
+
+
 def best(scenario: str, runs: int) -> tuple[float, dict[str, float]]:
     """The fastest of ``runs`` runs (noise on a shared machine only ever adds time), with the
     largest peak RSS seen in any of them."""
@@ -128,6 +190,15 @@ def main() -> int:
         print(f"{label:22}: verdict in {took:.3f} s (goal <= {base + SLACK_S:.3f}), primary peak "
               f"RSS {report['rss_mb']:.1f} MB (goal < {RSS_GOAL_MB:.0f}), "
               f"{int(report['rejected'])} refused — {'ok' if ok else 'MISSED'}")
+    for size, label in ((16 * 1024 * 1024 - 64, "16 MiB hostile verdict"),
+                        (4 * 1024 * 1024 - 64, "4 MiB hostile verdict")):
+        node = node_under_attack(size)
+        rss = float(str(node["rss_mb"]))
+        ok = rss < RSS_GOAL_MB and str(node["outcome"]).startswith("refused")
+        failed |= not ok
+        print(f"{label:22}: node peak RSS {rss:.1f} MB (goal < {RSS_GOAL_MB:.0f}), "
+              f"{node['printed']} characters to print, {node['outcome']} — "
+              f"{'ok' if ok else 'MISSED'}")
     return 1 if failed else 0
 
 

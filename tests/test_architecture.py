@@ -18,6 +18,7 @@ PACKAGE = Path(clusterenv.__file__).resolve().parent
 LAYERS: dict[str, int] = {
     "findings": 0, "errors": 0,
     "_text": 1, "_root": 1, "_jsonable": 1, "_scrub": 1, "_shell": 1, "_values": 1, "_gpus": 1,
+    "_elf": 1,
     "nccl.version": 2, "nccl.gid": 2,
     "_addresses": 3, "_routes": 3, "_resolve": 3, "network": 3, "rdma": 3, "host": 3,
     "sources": 4,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from clusterenv import ClusterConfig, ConfigError, ProcessContext
 from clusterenv.config import check_config
+from clusterenv.sources._base import MAX_NODES
 from clusterenv.testing import HostBuilder
 
 # The Runpod baseline node B0 of the failure-mode catalogue (node 0 of 2, 8 GPUs each).
@@ -276,7 +277,7 @@ RULES = [
         {"PRIMARY_PORT"},
         "between 1 and 65535",
     ),
-    ("zero-nodes", {**RUNPOD, "NUM_NODES": "0"}, {"NUM_NODES"}, ">= 1"),
+    ("zero-nodes", {**RUNPOD, "NUM_NODES": "0"}, {"NUM_NODES"}, "between 1 and 65536"),
     (
         "rank-range",
         {**RUNPOD_NODE1, "NODE_RANK": "2"},
@@ -514,3 +515,26 @@ def test_a_loopback_node_addr_on_one_node_is_fine() -> None:
              "MASTER_ADDR": "127.0.0.1", "NODE_ADDR": "127.0.0.1",
              "HOST_NODE_ADDR": "127.0.0.1:29500"}
     assert ClusterConfig.from_env(local).node_addr == "127.0.0.1"
+
+
+@pytest.mark.parametrize(("changes", "variable"), [
+    ({"NUM_NODES": "999999999"}, "NUM_NODES='999999999'"),
+    ({"NUM_NODES": "65537", "WORLD_SIZE": "524296"}, "NUM_NODES='65537'"),
+])
+def test_the_node_count_has_an_upper_bound(changes: dict[str, str], variable: str) -> None:
+    # Before: NUM_NODES=999999999 was taken at its word, and the preflight primary tried to
+    # list a billion ranks. The bound is four times the 16,384 nodes preflight is measured with.
+    env = {**RUNPOD_NODE1, **changes}
+    with pytest.raises(ConfigError) as caught:
+        ClusterConfig.from_env(env)
+    assert f"{variable}: the number of nodes must be between 1 and {MAX_NODES}" in str(caught.value)
+    assert MAX_NODES == 65536
+    at_bound = {**RUNPOD_NODE1, "NUM_NODES": str(MAX_NODES), "WORLD_SIZE": str(MAX_NODES * 8)}
+    assert ClusterConfig.from_env(at_bound).num_nodes == MAX_NODES
+
+
+def test_a_node_count_derived_from_world_size_has_the_same_bound() -> None:
+    env = {"MASTER_ADDR": "10.65.0.2", "WORLD_SIZE": "999999999", "NUM_TRAINERS": "1"}
+    with pytest.raises(ConfigError, match="WORLD_SIZE=999999999 over 1 processes per node is "
+                       "999999999 nodes, above the supported maximum of 65536"):
+        ClusterConfig.from_env(env)

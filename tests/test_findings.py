@@ -56,11 +56,11 @@ def test_an_unregistered_code_warns_and_never_raises() -> None:
 
 
 def test_preflight_problems_use_the_registry_too() -> None:
-    problem = Problem.of("preflight-interface-differs", "ens1 vs eth1", (NodeRef(1),))
+    problem = Problem.about("preflight-interface-differs", "ens1 vs eth1", (NodeRef(1),))
     assert problem.severity == "warning"
     assert problem.finding().severity == "warning"
     with pytest.warns(RuntimeWarning, match="preflight-nope"):
-        Problem.of("preflight-nope")
+        Problem.about("preflight-nope")  # type: ignore[arg-type]
 
 
 def test_finding_to_dict_is_json_data() -> None:

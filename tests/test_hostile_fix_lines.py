@@ -133,3 +133,40 @@ def test_pasting_the_fixes_in_a_real_namespace(tmp_path: Path, netns_required: N
         assert not (tmp_path / "X").exists()
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def test_nccl_log_fixes_quote_names_from_the_log(tmp_path: Path) -> None:
+    """A log is outside text: interface and device names in it (NCCL prints them as the kernel
+    and sysfs give them) reach nccl-log's fix lines quoted. Lines in NCCL's formats
+    (``NET/Socket : Using [%d]%s:%s`` and ``Channel %02d : ... via NET/Socket/%d``)."""
+    def info(msg: str, host: str) -> str:
+        return f"{host}:100:100 [0] NCCL INFO {msg}"
+
+    lines = []
+    for host, addr in (("node1", "10.65.0.2"), ("node2", "10.65.0.3")):
+        lines += [
+            info(f"Bootstrap : Using {HOSTILE}:172.20.0.5<0>", host),
+            info(f"NET/Socket : Using [0]ens1:{addr}<0> [1]{HOSTILE}:fe80::1%{HOSTILE}<0>",
+                 host),
+            info("Using network Socket", host),
+            info("Channel 00 : 1[0] -> 0[0] [receive] via NET/Socket/1", host),
+            info("NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]m$(id>Y):1/RoCE ; OOB "
+                 f"ens1:{addr}<0>", host),
+        ]
+    log = tmp_path / "nccl.log"
+    log.write_text("\n".join(lines) + "\n")
+    result = subprocess.run([sys.executable, "-m", "clusterenv", "nccl-log", "--json", str(log)],
+                            capture_output=True, text=True, timeout=120, check=False)
+    fixes = [f["fix"] for f in json.loads(result.stdout)["findings"] if f["fix"]]
+    named = 0
+    for fix in fixes:
+        for word in (HOSTILE, "m$(id>Y)"):
+            named += fix.count(word)
+            assert not [i for i in re.finditer(re.escape(word), fix)
+                        if fix[i.start() - 1:i.start()] not in ("'", "=")], fix
+            for m in re.finditer(r"export [A-Z_]+=(?:'[^']*'|\S+)", fix):
+                sh = subprocess.run(["sh", "-c", f"{m.group(0)}; true"], cwd=tmp_path,
+                                    capture_output=True, text=True, timeout=30, check=True)
+                assert sh.returncode == 0
+    assert not (tmp_path / "X").exists() and not (tmp_path / "Y").exists()
+    assert named, fixes

@@ -44,7 +44,7 @@ def _place(body: dict[str, Any], path: str) -> None:
     """Put the marker string at ``path`` in ``body``."""
     fp = body["fingerprint"]
     if path == "nonce":
-        body["nonce"] = MARK
+        body["nonce"] = MARK  # sent in the OPEN message
     elif path.startswith("ring."):
         body["ring"] = {"addr": LOOP, "port": 1, path.split(".")[1]: MARK}
     elif path == "fingerprint.rdma.transport":
@@ -75,9 +75,9 @@ def _encode(data: bytes, how: str) -> bytes:
     return b'"' + b"".join(b"\\udc%02x" % b for b in data) + b'"'
 
 
-def _attack(port: int, payload: bytes) -> None:
+def _attack(port: int, payload: bytes, opening: bytes | None) -> None:
     with contextlib.suppress(OSError):  # refused and reset: what a hostile peer may get
-        raw_fingerprint(port, payload)
+        raw_fingerprint(port, payload, opening=opening)
 
 
 @given(path=st.sampled_from(_wire_paths()), data=st.binary(max_size=300),
@@ -86,11 +86,15 @@ def _attack(port: int, payload: bytes) -> None:
 def test_any_bytes_in_any_wire_field_leave_honest_nodes_their_verdict(
     path: str, data: bytes, how: str
 ) -> None:
-    body: dict[str, Any] = {"fingerprint": fingerprint(7).to_wire(), "nonce": "00" * 16}
+    body: dict[str, Any] = {"fingerprint": fingerprint(7).to_wire()}
     _place(body, path)
+    opening = None
+    if "nonce" in body:  # the node's nonce travels in its OPEN message
+        opening = encode_json({"nonce": body.pop("nonce")})
+        opening = opening.replace(json.dumps(MARK).encode(), _encode(data, how))
     payload = encode_json(body).replace(json.dumps(MARK).encode(), _encode(data, how))
     with primary(fingerprint(0), expected=3, timeout=5) as (port, verdict):
-        attack = threading.Thread(target=_attack, args=(port, payload), daemon=True)
+        attack = threading.Thread(target=_attack, args=(port, payload, opening), daemon=True)
         attack.start()
         got = [f.result(15) for f in nodes(port, [fingerprint(1), fingerprint(2)])]
         attack.join(15)

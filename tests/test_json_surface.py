@@ -123,7 +123,7 @@ def test_nccl_log_results_carry_their_derived_facts() -> None:
 
 def test_a_verdict_carries_ok_and_exit_code_and_survives_the_wire() -> None:
     verdict = Verdict(expected_nodes=2, primary="10.65.0.2:29501", problems=(
-        Problem.of("preflight-rank-missing", "1 of 2 nodes did not report", (NodeRef(1),)),))
+        Problem.about("preflight-rank-missing", "1 of 2 nodes did not report", (NodeRef(1),)),))
     data = json_data(verdict)
     assert (data["ok"], data["exit_code"]) == (False, 1)
     assert data["problems"][0]["nodes"] == [{"rank": 1, "addr": None, "hostname": None}]

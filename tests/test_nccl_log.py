@@ -531,6 +531,41 @@ FINDING_LOGS: dict[str, tuple[list[str], str]] = {
     "log-nccl-error": ([info("init.cc:1110 -> 2"), info("group.cc:64 -> 2")], "error"),
     "log-nccl-warning": (
         [warn("NCCL_TOPO_FILE /tmp/topo.xml could not be read", "graph/topo.cc:123")], "warning"),
+    # each format below is NCCL's (or a plugin's) at the release and line the catalogue names:
+    # src/net.cc:464 (2.19-2.25) and :457 of 2.22.3
+    "log-mixed-plugin": (
+        [info("NET/Plugin: Loaded net plugin AWS Libfabric (v7)"),
+         info("NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin symbols v4 "
+              "and lower are not supported.", host="node2")], "warning"),
+    # socketStartConnect: src/misc/socket.cc:480 (2.16.2) .. :485 (2.23.4)
+    "log-mixed-subnet": (
+        [info("Bootstrap : Using ib0:192.168.10.5<0>"),
+         info("Bootstrap : Using ib0:192.168.20.7<0>", host="node2"),
+         warn("socketStartConnect: Connect to 192.168.10.5<41234> failed : No route to host",
+              "misc/socket.cc:484", host="node2")], "error"),
+    "log-mixed-fact": (
+        [info("NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>"),
+         info("NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.2<0>", host="node2")], "error"),
+    "log-mixed-rdma-driver": (
+        [info("NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [2]irdma0:1/RoCE ; "
+              "OOB eth0:10.0.0.1<0>")], "warning"),
+    # src/misc/socket.cc:49 (2.16.2) .. :58 (2.30.7)
+    "log-peer-closed": (
+        [warn("socketProgress: Connection closed by remote peer 10.0.0.2<52110>",
+              "misc/socket.cc:50")], "error"),
+    # src/misc/socket.cc:703 (2.16.2) .. :585 (2.30.7)
+    "log-address-family": (
+        [warn("ncclSocketInit: connecting to address 0.0.0.0<0> with family 0 is neither "
+              "AF_INET(2) nor AF_INET6(10)", "misc/socket.cc:703")], "error"),
+    # src/net.cc:127 (2.12.7) .. :360 (2.20.5), then src/net.cc:195 (2.12.7) .. :937 (2.25.1)
+    "log-plugin-load": (
+        [info("NET/Plugin : Plugin load returned 2 : libfabric.so.1: cannot open shared object "
+              "file: No such file or directory."),
+         warn("Error: network AWS Libfabric not found.", "net.cc:627")], "error"),
+    # src/transport/p2p.cu:547 (2.3.5) .. src/transport/p2p.cc:275 (2.7.8)
+    "log-nccl-message": (
+        [warn("failed to open CUDA IPC handle : 217 peer access is not supported",
+              "transport/p2p.cc:275")], "error"),
 }
 
 
@@ -549,13 +584,27 @@ def test_finding(code: str) -> None:
     assert code.startswith("log-")
 
 
+# A return chain is fatal wherever it is (NCCLCHECK prints "%s:%d -> %d" on every return of
+# an error, src/include/checks.h), unless the process shows afterwards that NCCL carried on: a
+# network chosen, a device list, a channel, "Init COMPLETE". (Until this release only chains
+# from init.cc/group.cc/enqueue.cc/collectives.cc counted; NCCL's source has no such list: a
+# net_ib or plugin chain with nothing after it ended the call too.)
 @pytest.mark.parametrize(
-    ("trace", "fatal"),
-    [("init.cc:1110 -> 2", True), ("group.cc:64 -> 5", True), ("init.cc:1719 -> 7", False),
-     ("transport/net_ib/init.cc:291 -> 2", False), ("plugin/net.cc:118 -> 2", False)],
+    ("trace", "after", "fatal"),
+    [("init.cc:1110 -> 2", [], True), ("group.cc:64 -> 5", [], True),
+     ("init.cc:1719 -> 7", [], False),  # ncclInProgress: not an error
+     ("transport/net_ib/init.cc:291 -> 2", [], True), ("plugin/net.cc:118 -> 2", [], True),
+     ("init.cc:1230 (ncclCommInitRank) -> 2", [], True),  # 2.30's INFO_LOC form
+     ("init.cc:1230 ->", [], True),  # cut off after the arrow
+     # NCCL fell back to sockets after the IB init failed: handled
+     ("transport/net_ib/init.cc:291 -> 2", ["NET/Socket : Using [0]eth0:10.0.0.1<0>",
+                                            "Using network Socket"], False),
+     ("plugin/net.cc:118 -> 2", ["Channel 00/0 : 0[0] -> 1[0] [receive] via NET/IB/0"], False),
+     ("init.cc:1110 -> 2", ["comm 0x5 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 - "
+                            "Init COMPLETE"], False)],
 )
-def test_which_error_returns_reach_the_caller(trace: str, fatal: bool) -> None:
-    log = parse_nccl_log([info(trace)])
+def test_which_error_returns_reach_the_caller(trace: str, after: list[str], fatal: bool) -> None:
+    log = parse_nccl_log([info(trace), *(info(line) for line in after)])
     assert [m.kind for m in log.errors] == ["error-trace"]
     assert ("log-nccl-error" in codes(nccl_log_findings(log))) is fatal
 
@@ -695,6 +744,28 @@ def test_unreadable_files_raise_discovery_error_naming_the_path(tmp_path: Path, 
         read_nccl_log(path)
     assert caught.value.path == str(path)
     assert str(path) in str(caught.value) and "NCCL_DEBUG=INFO" in str(caught.value)
+
+
+def test_rank_to_dict_is_the_generic_conversion() -> None:
+    # RankInfo.to_dict is written out for speed: it must say what json_fields says
+    from clusterenv._jsonable import json_fields
+
+    for path in sorted(LOGS.rglob("*.txt")):
+        for rank in read_nccl_log(path).ranks:
+            assert rank.to_dict() == json_fields(rank)
+
+
+def test_compact_json_is_the_same_data() -> None:
+    from clusterenv._cli._common import emit_json
+
+    log = read_nccl_log(ROCE)
+    data = {"log": log, "findings": nccl_log_findings(log), "odd": "ens1\udcff"}
+    indented, compact = io.StringIO(), io.StringIO()
+    emit_json(data, indented)
+    emit_json(data, compact, compact=True)
+    assert compact.getvalue().count("\n") == 1
+    assert json.loads(compact.getvalue()) == json.loads(indented.getvalue())
+    assert "ens1\\\\xff" in compact.getvalue()  # the surrogate is written out, as before
 
 
 def test_json_of_a_log_round_trips() -> None:

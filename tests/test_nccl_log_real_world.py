@@ -499,3 +499,23 @@ def test_the_line_cache_changes_no_result() -> None:
         assert log == plain.finish(plain.feed(lines))
         assert log.errors[0].count > 1
         assert (cached.cache_from > len(lines)) == (lines is not repeated)
+
+
+def test_reading_in_blocks_changes_no_result(tmp_path: Path) -> None:
+    # files are read in blocks whose channel lines are counted in bulk once lines stop
+    # repeating; every real log, and a log of 240 processes printing the real RoCE capture's
+    # lines with their own pids and channels (2.5 MB: the blocks after the first are counted in
+    # bulk), read so must equal the line-by-line parse
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from bench_nccl_log import write_unique  # type: ignore[import-not-found]
+
+    unique = tmp_path / "unique.log"
+    write_unique(unique, 2_500_000, processes=240, hosts=30)
+    for path in [*sorted(LOGS.rglob("*.txt")), unique]:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        assert read_nccl_log(path) == parse_nccl_log(lines), path.name
+    log = read_nccl_log(unique)
+    assert len(log.ranks) == 240 and log.gpudirect.net_channels > 0
+    assert all(r.first_line > 0 for r in log.ranks)

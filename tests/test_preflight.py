@@ -45,11 +45,16 @@ from clusterenv.preflight import (
     serve_primary,
 )
 from clusterenv.preflight.compare import ranks_text
-from clusterenv.preflight.fingerprint import compared_environment, is_secret_name
+from clusterenv.preflight.fingerprint import (
+    FINGERPRINT_SCHEMA,
+    compared_environment,
+    is_secret_name,
+)
 from clusterenv.preflight.wire import (
     HEADER,
     MAC_BYTES,
     MAGIC,
+    PROTOCOL_VERSION,
     FrameReader,
     Kind,
     WireError,
@@ -95,7 +100,7 @@ def codes(problems: list[Problem] | tuple[Problem, ...]) -> list[str]:
 
 def test_frame_round_trip_and_header_layout() -> None:
     frame = encode_frame(Kind.FINGERPRINT, b'{"a":1}')
-    assert frame[:4] == MAGIC and frame[4] == 1 and frame[5] == Kind.FINGERPRINT
+    assert frame[:4] == MAGIC and frame[4] == PROTOCOL_VERSION and frame[5] == Kind.FINGERPRINT
     assert struct.unpack("!I", frame[8:12])[0] == 7 and len(frame) == HEADER.size + 7
     reader = FrameReader(max_payload=100, expect={Kind.FINGERPRINT})
     reader.feed(frame)
@@ -139,10 +144,10 @@ def test_any_bytes_give_frames_or_a_wire_error(data: bytes) -> None:
         (b"GET / HTTP/1.1\r\n", "not a clusterenv preflight message (it starts with 'GET / HT')"),
         (b"\x16\x03\x01", "it starts with bytes 160301"),  # a TLS client hello
         (HEADER.pack(MAGIC, 9, Kind.FINGERPRINT, 0, 2), "protocol version 9"),
-        (HEADER.pack(MAGIC, 1, Kind.VERDICT, 0, 2), "unexpected VERDICT message"),
-        (HEADER.pack(MAGIC, 1, 77, 0, 2), "unexpected unknown kind 77 message"),
-        (HEADER.pack(MAGIC, 1, Kind.FINGERPRINT, 5, 2), "MAC of 5 bytes"),
-        (HEADER.pack(MAGIC, 1, Kind.FINGERPRINT, 0, 10**9),
+        (HEADER.pack(MAGIC, PROTOCOL_VERSION, Kind.VERDICT, 0, 2), "unexpected VERDICT message"),
+        (HEADER.pack(MAGIC, PROTOCOL_VERSION, 77, 0, 2), "unexpected unknown kind 77 message"),
+        (HEADER.pack(MAGIC, PROTOCOL_VERSION, Kind.FINGERPRINT, 5, 2), "MAC of 5 bytes"),
+        (HEADER.pack(MAGIC, PROTOCOL_VERSION, Kind.FINGERPRINT, 0, 10**9),
          "message of 1000000000 bytes exceeds the 65536-byte limit"),
     ],
 )
@@ -190,14 +195,14 @@ def test_fingerprint_round_trips_through_json() -> None:
     fp = fingerprint(1, rdma=RdmaSummary("roce", ("mlx5_0",), 1, (400.0,), ("mlx5_1 port 1 DOWN",)),
                      local_errors=(Finding("x-y", "error", "bad", ("e",), "fix it"),), token=True)
     wire = json.loads(json.dumps(fp.to_wire()))
-    assert wire["schema"] == 1
+    assert wire["schema"] == FINGERPRINT_SCHEMA == 2
     assert Fingerprint.from_wire(wire) == fp
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"schema": 2}, "fingerprint schema 2, the primary reads schema 1"),
+        ({"schema": 1}, "fingerprint schema 1, the primary reads schema 2"),
         ({"rank": "1"}, "field 'rank' must be an integer"),
         ({"rank": True}, "field 'rank' must be an integer"),
         ({"rank": 2**40}, "field 'rank' must be an integer"),
@@ -228,10 +233,10 @@ json_values = st.recursive(
 
 @given(st.dictionaries(
     st.sampled_from(["schema", "rank", "num_nodes", "env", "rdma", "mtu", "versions", "token",
-                     "local_errors", "hostname", "gpus"]), json_values))
+                     "local_errors", "hostname", "gpus", "trimmed"]), json_values))
 @settings(max_examples=80, deadline=None)
 def test_any_object_gives_a_fingerprint_or_a_wire_error(data: dict[str, Any]) -> None:
-    data = {"schema": 1, **data} if "schema" not in data else data
+    data = {"schema": FINGERPRINT_SCHEMA, **data} if "schema" not in data else data
     try:
         fp = Fingerprint.from_wire(data)
     except WireError as e:
@@ -411,7 +416,7 @@ def test_ranks_text() -> None:
 
 
 def test_verdict_round_trips_and_malformed_ones_are_refused() -> None:
-    problem = Problem("preflight-mtu-differs", "error", "t", (NodeRef(1, "a", "h"),), ("e",), "f")
+    problem = Problem("preflight-mtu-differs", "error", "t", ("e",), "f", (NodeRef(1, "a", "h"),))
     verdict = Verdict(2, "10.65.0.2:29501", (NodeSummary(0, "10.65.0.2", mtu=1500),), (problem,),
                       ("x:1: y",), 1, (RingHop(NodeRef(0), NodeRef(1), False, "refused"),), 0.5,
                       reported=2, ring_probed=2)
@@ -422,7 +427,7 @@ def test_verdict_round_trips_and_malformed_ones_are_refused() -> None:
                 {"expected_nodes": 2, "primary": "p", "nodes": [{"rank": 0, "bogus": 1}]},
                 {"expected_nodes": 2, "primary": "p", "problems": [
                     {"code": "c", "severity": "fatal", "title": "t"}]}):
-        with pytest.raises(WireError, match="verdict is malformed"):
+        with pytest.raises(WireError, match=r"the primary's verdict"):
             Verdict.from_wire(bad)
 
 
@@ -529,9 +534,24 @@ def test_duplicate_rank_ends_after_a_short_grace_not_the_timeout() -> None:
                                                 "preflight-rank-missing"]
 
 
-def hostile(port: int, send: bytes, *, close_after: bool = True) -> bytes:
-    """Connect like a hostile peer, send ``send``, return whatever the primary answers."""
-    with socket.create_connection((LOOP, port), timeout=5) as sock:
+def open_connection(port: int, *, nonce: str = "00" * 16) -> tuple[socket.socket, FrameReader]:
+    """Connect as a node does: send ``OPEN`` and read the primary's ``HELLO``."""
+    sock = socket.create_connection((LOOP, port), timeout=5)
+    sock.sendall(encode_frame(Kind.OPEN, encode_json({"nonce": nonce})))
+    reader = FrameReader(max_payload=1 << 24,
+                         expect={Kind.HELLO, Kind.RING, Kind.VERDICT, Kind.REJECT})
+    while (frame := reader.next_frame()) is None:
+        reader.feed(sock.recv(4096))
+    assert frame.kind == Kind.HELLO, frame
+    return sock, reader
+
+
+def hostile(port: int, send: bytes, *, close_after: bool = True, greeted: bool = False) -> bytes:
+    """Connect like a hostile peer, send ``send``, return whatever the primary answers;
+    ``greeted``: after an ``OPEN`` and the primary's ``HELLO``, as a node would."""
+    sock = open_connection(port)[0] if greeted else socket.create_connection((LOOP, port),
+                                                                             timeout=5)
+    with sock:
         if send:
             sock.sendall(send)
         if close_after and send:
@@ -543,16 +563,20 @@ def hostile(port: int, send: bytes, *, close_after: bool = True) -> bytes:
 
 
 def test_hostile_peers_are_refused_and_honest_nodes_still_get_their_verdict() -> None:
-    oversized = HEADER.pack(MAGIC, 1, Kind.FINGERPRINT, 0, 1 << 30) + b"x" * 1000
+    oversized = HEADER.pack(MAGIC, PROTOCOL_VERSION, Kind.FINGERPRINT, 0, 1 << 30) + b"x" * 1000
     bad_schema = encode_frame(Kind.FINGERPRINT, encode_json(
-        {"fingerprint": {**fingerprint(1).to_wire(), "schema": 99}, "nonce": "00" * 16}))
+        {"fingerprint": {**fingerprint(1).to_wire(), "schema": 99}}))
     two = encode_frame(Kind.FINGERPRINT, encode_json(
-        {"fingerprint": fingerprint(1).to_wire(), "nonce": "00" * 16})) * 2
-    attacks = [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", oversized, b"", bad_schema, two,
-               encode_frame(Kind.FINGERPRINT, b'{"fingerprint": [], "nonce": 5}')]
+        {"fingerprint": fingerprint(1).to_wire()})) * 2
+    no_open = encode_frame(Kind.FINGERPRINT, encode_json(
+        {"fingerprint": fingerprint(1).to_wire()}))
+    attacks = [(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", False), (oversized, True), (b"", False),
+               (bad_schema, True), (two, True), (no_open, False),
+               (encode_frame(Kind.FINGERPRINT, b'{"fingerprint": []}'), True),
+               (encode_frame(Kind.OPEN, b'{"nonce": 5}'), False)]
     with primary(fingerprint(0), expected=3, timeout=10) as (port, verdict):
         with ThreadPoolExecutor(len(attacks)) as pool:
-            answers = list(pool.map(lambda data: hostile(port, data), attacks))
+            answers = list(pool.map(lambda a: hostile(port, a[0], greeted=a[1]), attacks))
         got = [f.result(15) for f in nodes(port, [fingerprint(1), fingerprint(2)])]
     result = verdict.result()
     assert result.exit_code == 0, result.problems  # refused peers are a warning
@@ -566,22 +590,24 @@ def test_hostile_peers_are_refused_and_honest_nodes_still_get_their_verdict() ->
     for expected in ("not a clusterenv preflight message (it starts with 'GET / HT')",
                      "message of 1073741824 bytes exceeds the 65536-byte limit",
                      "sent nothing", "fingerprint schema 99", "more than one message",
-                     "must carry 'fingerprint' and a 32-hex 'nonce'"):
+                     "must carry a 'fingerprint' object", "unexpected FINGERPRINT message "
+                     "(expected OPEN)", "OPEN message must carry a 32-hex 'nonce'"):
         assert expected in reasons
-    # The primary greets, then tells the peer why it was refused, then closes.
+    # Nothing is said before the peer's OPEN: the primary tells it why it was refused, and
+    # closes.
     reader = FrameReader(max_payload=1 << 16, expect={Kind.HELLO, Kind.REJECT})
     reader.feed(answers[0])
     frames = [reader.next_frame(), reader.next_frame()]
-    assert [f.kind if f else None for f in frames] == [Kind.HELLO, Kind.REJECT]
-    assert frames[1] is not None
-    assert "not a clusterenv preflight message" in decode_object(frames[1].payload)["reason"]
+    assert [f.kind if f else None for f in frames] == [Kind.REJECT, None]
+    assert frames[0] is not None
+    assert "not a clusterenv preflight message" in decode_object(frames[0].payload)["reason"]
 
 
 def test_a_silent_peer_is_dropped_after_the_peer_timeout() -> None:
     with primary(fingerprint(0, nodes=2), expected=2, timeout=10) as (port, verdict):
         with socket.create_connection((LOOP, port), timeout=5) as silent:
             start = time.monotonic()
-            while silent.recv(4096):  # HELLO, then REJECT, then the close
+            while silent.recv(4096):  # REJECT, then the close
                 pass
             waited = time.monotonic() - start
         nodes(port, [fingerprint(1, nodes=2)])[0].result(15)
@@ -686,7 +712,13 @@ def test_nodes_without_or_with_another_token_are_refused_and_told_why() -> None:
     assert results[2] == verdict
     assert isinstance(results[0], PreflightError) and isinstance(results[1], PreflightError)
     assert "requires CLUSTERENV_PREFLIGHT_TOKEN" in str(results[0])
-    assert "differs from the primary's" in str(results[1])
+    # The node with another token refuses the primary's greeting before sending its facts,
+    # and tells the primary why.
+    assert "greeting from 127.0.0.1:" in str(results[1])
+    assert "not authenticated with this node's CLUSTERENV_PREFLIGHT_TOKEN" in str(results[1])
+    assert "fingerprint was not sent" in str(results[1])
+    assert any("the node refused this primary: its greeting is not authenticated" in r
+               and "(the tokens differ)" in r for r in verdict.rejected), verdict.rejected
     missing = next(p for p in verdict.problems if p.code == "preflight-rank-missing")
     assert missing.title.endswith("ranks 1-2")
     assert "t0ken" not in json.dumps(verdict.to_wire()) and "wrong" not in str(results[1])
@@ -719,13 +751,9 @@ def test_ring_hop_to_a_dead_listener_is_an_error() -> None:
     dead_port = dead.getsockname()[1]
     with primary(fingerprint(0), expected=3, ring=True) as (port, verdict):
         honest = nodes(port, [fingerprint(1)])[0]
-        with socket.create_connection((LOOP, port), timeout=5) as sock:
-            reader = FrameReader(max_payload=1 << 20, expect={Kind.HELLO, Kind.RING,
-                                                              Kind.VERDICT})
-            reader.feed(sock.recv(4096))
-            hello = reader.next_frame()
-            assert hello is not None
-            body = {"fingerprint": fingerprint(2).to_wire(), "nonce": "00" * 16,
+        sock, reader = open_connection(port)
+        with sock:
+            body = {"fingerprint": fingerprint(2).to_wire(),
                     "ring": {"addr": LOOP, "port": dead_port}}
             sock.sendall(encode_frame(Kind.FINGERPRINT, encode_json(body)))
             while (frame := reader.next_frame()) is None:
@@ -885,8 +913,9 @@ def test_human_output_of_a_broken_big_cluster() -> None:
 
     odd = NodeRef(70, "10.65.1.72", "node-70")
     problem = Problem("preflight-mtu-differs", "error", "MTU of the cluster interface differs: "
-                      "rank 70 (10.65.1.72) has 1500, 99 nodes have 9000", (odd,),
-                      ("9000 on ranks 0-69, 71-99", "1500 on rank 70"), "set the same MTU")
+                      "rank 70 (10.65.1.72) has 1500, 99 nodes have 9000",
+                      ("9000 on ranks 0-69, 71-99", "1500 on rank 70"), "set the same MTU",
+                      (odd,))
     verdict = Verdict(100, "10.65.0.2:29501", (NodeSummary(70, "10.65.1.72", "node-70", "ens1",
                                                            1500, "roce", 8, 8),),
                       (problem,), reported=100, elapsed_s=0.42)

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import re
 import resource
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,24 +25,38 @@ from typing import Any
 import pytest
 
 from clusterenv._cli.preflight import format_verdict
+from clusterenv.findings import Finding
 from clusterenv.preflight import (
+    DEFAULT_LIMITS,
     Fingerprint,
+    NodeRef,
     NodeSummary,
     PreflightError,
     PreflightOptions,
     PreflightResult,
+    PrimaryServer,
+    Problem,
+    RdmaSummary,
+    RingHop,
     Verdict,
+    collect_fingerprint,
     compare,
     preflight,
     run_node,
 )
+from clusterenv.preflight.compare import missing_spans
+from clusterenv.preflight.fit import fit_fingerprint, fit_verdict
 from clusterenv.preflight.ring import RingListener, probe
+from clusterenv.preflight.verdict import BOUNDS
 from clusterenv.preflight.wire import (
     FrameReader,
     Kind,
+    decode_object,
     encode_frame,
     encode_json,
 )
+from clusterenv.sources._base import MAX_NODES
+from clusterenv.testing import HostBuilder
 from tests.test_preflight import (
     FAST,
     LOOP,
@@ -46,17 +64,25 @@ from tests.test_preflight import (
     free_port,
     loopback_host,
     nodes,
+    open_connection,
     primary,
     runpod_env,
 )
 
 
-def raw_fingerprint(port: int, payload: bytes) -> bytes:
-    """Connect, wait for HELLO, send ``payload`` as one FINGERPRINT frame, return the replies."""
+def raw_fingerprint(port: int, payload: bytes, *, opening: bytes | None = None) -> bytes:
+    """Connect, send ``OPEN`` (``opening`` as its payload, else a nonce of zeros), wait for
+    HELLO, send ``payload`` as one FINGERPRINT frame, return the replies."""
     with socket.create_connection((LOOP, port), timeout=10) as sock:
+        sock.sendall(encode_frame(Kind.OPEN, opening or encode_json({"nonce": "00" * 16})))
         reader = FrameReader(max_payload=1 << 24, expect={Kind.HELLO, Kind.REJECT})
-        while reader.next_frame() is None:
-            reader.feed(sock.recv(4096))
+        while (frame := reader.next_frame()) is None:
+            data = sock.recv(4096)
+            if not data:
+                return b""
+            reader.feed(data)
+        if frame.kind == Kind.REJECT:
+            return frame.payload
         sock.sendall(encode_frame(Kind.FINGERPRINT, payload))
         chunks = []
         while data := sock.recv(65536):
@@ -65,7 +91,7 @@ def raw_fingerprint(port: int, payload: bytes) -> bytes:
 
 
 def wire_body(fp: Fingerprint, **fields: object) -> dict[str, object]:
-    return {"fingerprint": {**fp.to_wire(), **fields}, "nonce": "00" * 16}
+    return {"fingerprint": {**fp.to_wire(), **fields}}
 
 
 # -- one bad string: surrogates and terminal escapes ----------------------------------------------
@@ -126,7 +152,7 @@ def bulky(rank: int) -> Fingerprint:
 def test_fifty_bulky_fingerprints_still_give_every_node_a_verdict_it_accepts() -> None:
     # Before: a 37 MB verdict, over the nodes' 16 MiB limit: every honest node exited 2.
     limits = dataclasses.replace(FAST, connection_slack=64)
-    attackers = [encode_json({"fingerprint": bulky(r).to_wire(), "nonce": "00" * 16})
+    attackers = [encode_json({"fingerprint": bulky(r).to_wire()})
                  for r in range(3, 53)]
     assert all(50_000 > len(a) > 40_000 for a in attackers)
     with primary(fingerprint(0), expected=3, limits=limits) as (port, verdict), \
@@ -145,8 +171,7 @@ def test_fifty_bulky_fingerprints_still_give_every_node_a_verdict_it_accepts() -
 
 
 def test_a_refusal_echoes_a_bounded_prefix_of_the_offending_field() -> None:
-    huge = encode_json({"fingerprint": {**fingerprint(1).to_wire(), "schema": "x" * 60000},
-                        "nonce": "00" * 16})
+    huge = encode_json({"fingerprint": {**fingerprint(1).to_wire(), "schema": "x" * 60000}})
     with primary(fingerprint(0, nodes=2), expected=2) as (port, verdict):
         answer = raw_fingerprint(port, huge)
         got = nodes(port, [fingerprint(1, nodes=2)])[0].result(15)
@@ -207,10 +232,8 @@ def test_a_node_that_reconnects_is_counted_once() -> None:
     # A node whose first connection died after its fingerprint was taken (here: sent, then
     # closed) reconnects; the primary counts it once, not as a duplicate rank.
     with primary(fingerprint(0, nodes=3), expected=3) as (port, verdict):
-        with socket.create_connection((LOOP, port), timeout=5) as first:
-            reader = FrameReader(max_payload=1 << 16, expect={Kind.HELLO})
-            while reader.next_frame() is None:
-                reader.feed(first.recv(4096))
+        first = open_connection(port)[0]
+        with first:
             first.sendall(encode_frame(Kind.FINGERPRINT, encode_json(wire_body(fingerprint(1)))))
             time.sleep(0.2)
         again = nodes(port, [fingerprint(1)])[0]
@@ -250,11 +273,8 @@ def test_the_ring_probes_only_the_address_a_node_connected_from() -> None:
     victim_port = victim.getsockname()[1]
     with primary(fingerprint(0), expected=3, ring=True) as (port, verdict):
         honest = nodes(port, [fingerprint(1)])[0]
-        with socket.create_connection((LOOP, port), timeout=5) as sock:
-            reader = FrameReader(max_payload=1 << 20, expect={Kind.HELLO, Kind.RING,
-                                                              Kind.VERDICT})
-            while reader.next_frame() is None:
-                reader.feed(sock.recv(4096))
+        sock, reader = open_connection(port)
+        with sock:
             body = {**wire_body(fingerprint(2)),
                     "ring": {"addr": "127.0.0.9", "port": victim_port}}
             sock.sendall(encode_frame(Kind.FINGERPRINT, encode_json(body)))
@@ -369,3 +389,336 @@ def test_a_node_dropped_by_a_primary_that_then_stops_says_so_quickly() -> None:
                  options=PreflightOptions(timeout=30.0, limits=FAST))
     assert time.monotonic() - start < 5
     thread.join(5)
+
+
+# -- a stranger's greeting cannot set a node's deadline (round 2, item 5) ------------------------
+
+
+@contextlib.contextmanager
+def impostor(addr: str, hello: dict[str, object]) -> Any:
+    """A listener that wins ``addr``'s port: greets every connection with ``hello`` (no MAC)
+    at once, reads whatever the node sends, and never answers."""
+    server = socket.create_server((addr, 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        held = []
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            conn.sendall(encode_frame(Kind.HELLO, encode_json(hello)))
+            held.append(conn)
+        for conn in held:
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def cli_node(tmp_path: Path, port: int, *, token: str | None, timeout: str) -> tuple[
+        subprocess.CompletedProcess[str], float]:
+    """``clusterenv preflight`` as rank 1 of 2 whose PRIMARY_ADDR is 127.0.0.9, killed after
+    30 s; (the result, seconds it took)."""
+    env = runpod_env(1, 2, "127.0.0.9")
+    if token is not None:
+        env["CLUSTERENV_PREFLIGHT_TOKEN"] = token
+    root = loopback_host(tmp_path, "127.0.0.3", env)
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "clusterenv", "preflight", "--root", root, "--timeout", timeout,
+         "--port", str(port)], capture_output=True, text=True, timeout=30, check=False)
+    return result, time.monotonic() - start
+
+
+HOUR = {"nonce": "11" * 16, "auth": True, "ring": False, "timeout_s": 3600}
+
+
+def test_an_unauthenticated_greeting_cannot_hold_a_node_with_a_token(tmp_path: Path) -> None:
+    # Before: the node trusted the greeting's 3600 s and waited an hour for a verdict. Now a
+    # greeting without a MAC over the node's own nonce is refused before anything is sent.
+    with impostor("127.0.0.9", HOUR) as port:
+        result, took = cli_node(tmp_path, port, token="t0ken", timeout="2")
+    assert result.returncode == 2, result.stderr
+    assert took < 10, took
+    assert "is not authenticated with this node's CLUSTERENV_PREFLIGHT_TOKEN" in result.stderr
+    assert "fingerprint was not sent" in result.stderr
+
+
+def test_without_a_token_a_greeting_cannot_stretch_a_nodes_timeout(tmp_path: Path) -> None:
+    # Without a token nothing can be authenticated: the announced 3600 s count only up to the
+    # node's own --timeout, plus the margin for the primary's ring and delivery (5 s).
+    with impostor("127.0.0.9", {**HOUR, "auth": False}) as port:
+        result, took = cli_node(tmp_path, port, token=None, timeout="2")
+    assert result.returncode == 2, result.stderr
+    assert took < 2 + 5 + 3, took
+    assert "sent no verdict within this node's --timeout (2 s) and 5 s more" in result.stderr
+    assert "announced it would collect for 3600 s" in result.stderr
+
+
+def test_an_authenticated_greeting_still_lets_a_node_wait_for_a_later_primary() -> None:
+    # The primary started later and collects for 6 s: a node with --timeout 1 and the token
+    # trusts the MACed greeting and gets the verdict when the last node arrives at 4 s (its own
+    # deadline plus the margin would end at 3 s).
+    token = b"t0ken"
+    own = fingerprint(0, token=True)
+    with primary(own, expected=3, timeout=6, token=token) as (port, verdict):
+        early = run_in_thread(run_node, fingerprint(1, token=True), primary_addr=LOOP,
+                              port=port, options=PreflightOptions(timeout=1.0, token=token,
+                                                                  limits=FAST))
+        time.sleep(4)
+        late = nodes(port, [fingerprint(2, token=True)], token=token)[0]
+        got = [early.result(15), late.result(15)]
+    result = verdict.result()
+    assert got == [result, result] and result.exit_code == 0, result.problems
+
+
+def run_in_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(function, *args, **kwargs)
+    pool.shutdown(wait=False)
+    return future
+
+
+# -- a verdict built to amplify (round 2, item 6) ----------------------------------------------
+
+
+@contextlib.contextmanager
+def fake_primary(addr: str, verdict: bytes) -> Any:
+    """A listener that greets at once (no token), waits for the node's fingerprint and answers
+    with ``verdict`` as the VERDICT payload."""
+    server = socket.create_server((addr, 0))
+    server.settimeout(20)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError), server.accept()[0] as conn:
+            hello = {"nonce": "11" * 16, "auth": False, "ring": False, "timeout_s": 10}
+            conn.sendall(encode_frame(Kind.HELLO, encode_json(hello)))
+            reader = FrameReader(max_payload=1 << 20, expect={Kind.OPEN, Kind.FINGERPRINT})
+            while True:
+                while (frame := reader.next_frame()) is None:
+                    reader.feed(conn.recv(65536))
+                if frame.kind == Kind.FINGERPRINT:
+                    break
+            conn.sendall(encode_frame(Kind.VERDICT, verdict))
+            conn.recv(1)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        thread.join(25)
+        server.close()
+
+
+def verdict_with(**fields: object) -> dict[str, object]:
+    base = Verdict(2, "127.0.0.9:29501", reported=2).to_wire()
+    return {**base, **fields}
+
+
+def empty_evidence(size: int) -> bytes:
+    """A verdict of one problem with as many empty evidence items as fit in ``size`` bytes."""
+    head = encode_json(verdict_with(problems=[{"code": "x", "severity": "error", "title": "t",
+                                               "evidence": ["@"]}]))
+    count = (size - len(head)) // 3
+    return head.replace(b'["@"]', b"[" + b",".join([b'""'] * count) + b"]")
+
+
+def test_a_verdict_of_a_million_empty_evidence_items_is_refused_by_name(tmp_path: Path) -> None:
+    # Before: every item was built and printed (on a 16 MiB verdict: 919 MiB of memory and
+    # 106 MB of output). The node holds a verdict to the bounds any primary cuts it to.
+    payload = empty_evidence(4 * 1024 * 1024 - 64)
+    with fake_primary("127.0.0.9", payload) as port:
+        result, _ = cli_node(tmp_path, port, token=None, timeout="10")
+    assert result.returncode == 2, result.stderr
+    assert re.search(r"the primary.s verdict has 139[0-9]{4} items in", result.stderr)
+    assert "items in 'problems[0].evidence' (at most 12)" in result.stderr
+    assert len(result.stdout) + len(result.stderr) < 2000
+
+
+def test_a_verdict_over_what_any_primary_sends_is_refused_before_it_is_read() -> None:
+    payload = empty_evidence(16 * 1024 * 1024 - 64)  # the size of the original attack
+    with fake_primary(LOOP, payload) as port, pytest.raises(
+            PreflightError, match=r"message of 1677\d{4} bytes exceeds the 4194304-byte limit"):
+        run_node(fingerprint(1), primary_addr=LOOP, port=port,
+                 options=PreflightOptions(timeout=10, limits=FAST))
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"nodes": [{}] * 1_000_000}, "payload has more than 8769 JSON objects"),
+    ({"nodes": [{"rank": 1, "addr": "a"}] * 300}, "has 300 items in 'nodes' (at most 256)"),
+    ({"problems": [{"code": "c", "severity": "error", "title": "t"}] * 200},
+     "has 200 items in 'problems' (at most 128)"),
+    ({"problems": [{"code": "c", "severity": "error", "title": "t",
+                    "nodes": [{"rank": 1}] * 65}]},
+     "has 65 items in 'problems[0].nodes' (at most 64)"),
+    ({"problems": [{"code": "c", "severity": "error", "title": "t" * 5000}]},
+     "field 'problems[0].title' has 5000 characters (at most 1000)"),
+    ({"problems": [{"code": "c", "severity": "error", "title": {"nested": ["x"] * 100}}]},
+     "field 'problems[0].title' must be a string, got dict"),
+    ({"rejected": ["x"] * 49}, "has 49 items in 'rejected' (at most 48)"),
+    ({"ring": [{"source": {}, "target": {}, "ok": False, "detail": "d" * 301}]},
+     "field 'ring[0].detail' has 301 characters (at most 300)"),
+    ({"nodes": [{"addr": "a", "mtu": "9000"}]}, "field 'nodes[0].mtu' must be an integer"),
+])
+def test_a_verdict_beyond_the_bounds_is_refused_naming_the_field(
+    fields: dict[str, object], message: str
+) -> None:
+    with fake_primary(LOOP, encode_json(verdict_with(**fields))) as port, \
+            pytest.raises(PreflightError, match=re.escape(message)):
+        run_node(fingerprint(1), primary_addr=LOOP, port=port,
+                 options=PreflightOptions(timeout=10, limits=FAST))
+
+
+def test_whatever_the_primary_builds_every_node_accepts() -> None:
+    # The other side of the bounds: a verdict of 300 problems, each naming 100 nodes with 50
+    # long evidence lines, fitted as the primary fits it, passes the node's check.
+    refs = tuple(NodeRef(r, f"10.65.{r // 250}.{r % 250}", "\x01" * 200) for r in range(100))
+    problems = tuple(Problem("preflight-env-differs", "error", "t" * 3000,
+                             tuple("e" * 900 for _ in range(50)), "f" * 3000, refs)
+                     for _ in range(300))
+    rows = tuple(NodeSummary(r, "10.65.0.9", "h" * 500) for r in range(400))
+    big = Verdict(400, "10.65.0.2:29501", rows, problems, tuple("r" * 900 for _ in range(90)),
+                  90, tuple(RingHop(refs[0], refs[1], False, "d" * 900) for _ in range(90)),
+                  reported=400)
+    for budget in (DEFAULT_LIMITS.max_verdict_bytes // 4, 64 * 1024):
+        fitted = fit_verdict(big, budget, lambda v: len(encode_json(v.to_wire())))
+        payload = encode_json(fitted.to_wire())
+        again = Verdict.from_wire(decode_object(payload, max_objects=BOUNDS.objects))
+        assert again == fitted and again.exit_code == 1
+        assert again.more_problems + len(again.problems) == 300
+
+
+# -- an unbounded node count (round 2, item 10) ---------------------------------------------------
+
+
+def _two_gib() -> None:  # a regression fails with MemoryError instead of swamping the machine
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def test_a_primary_with_a_billion_nodes_refuses_at_once_naming_the_bound(tmp_path: Path) -> None:
+    # Before: the primary waited, then listed every expected rank: MemoryError after 10 s, a
+    # traceback and exit 1.
+    env = {**runpod_env(0, 2, "127.0.0.2"), "NUM_NODES": "999999999"}
+    root = loopback_host(tmp_path, "127.0.0.2", env)
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "clusterenv", "preflight", "--root", root, "--timeout", "2",
+         "--port", str(free_port())], capture_output=True, text=True, timeout=60, check=False,
+        preexec_fn=_two_gib)
+    assert result.returncode == 2, result.stderr
+    assert time.monotonic() - start < 20
+    assert "NUM_NODES=999999999 is above the supported maximum of 65536 nodes" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_ranks_come_from_what_was_reported() -> None:
+    # At the bound, two reports: the missing ranks are two ranges, not 65,534 numbers.
+    fps = [fingerprint(0, nodes=MAX_NODES), fingerprint(MAX_NODES - 1, nodes=MAX_NODES)]
+    problems = compare([("10.65.0.2", fps[0]), ("10.65.0.3", fps[1])], expected_nodes=MAX_NODES,
+                       waited_s=1.0)
+    (missing,) = [p for p in problems if p.code == "preflight-rank-missing"]
+    assert missing.title == "65534 of 65536 nodes did not report within 1.0 s: ranks 1-65534"
+    assert [n.rank for n in missing.nodes] == list(range(1, 65))
+    assert missing_spans([5, 0, 9, 1, 70], 10) == [(2, 4), (6, 8)]
+    assert missing_spans([], 3) == [(0, 2)] and missing_spans([0, 1, 2], 3) == []
+    with pytest.raises(ValueError, match="expected_nodes=65537: at most 65536 nodes"):
+        PrimaryServer(fingerprint(0), listen_addr=LOOP, port=0, expected_nodes=MAX_NODES + 1,
+                      options=PreflightOptions(timeout=1))
+
+
+# -- an honest fingerprint larger than a frame (round 2, item 11) --------------------------------
+
+
+LONG = {f"NCCL_LONG_{i:02d}": f"{i}-" + "v" * 3996 for i in range(20)}
+
+
+def test_an_honest_node_with_long_nccl_values_is_compared_not_refused(tmp_path: Path) -> None:
+    # Before: 20 NCCL_* values of 4000 characters made an 81 KB fingerprint, refused ("exceeds
+    # the 65536-byte limit"); the node exited 2 and the others listed it as missing. Now it is
+    # fitted: long values travel as a prefix and a digest, and are compared by the digest, so
+    # the one value that differs in its last character is still found, on that node only.
+    port = free_port()
+    envs = [{**runpod_env(r, 3, "127.0.0.2"), **LONG} for r in range(3)]
+    envs[2]["NCCL_LONG_07"] = LONG["NCCL_LONG_07"][:-1] + "w"
+    roots = [loopback_host(tmp_path / f"n{r}", f"127.0.0.{r + 2}", envs[r]) for r in range(3)]
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(preflight, environ=envs[r], root=roots[r], timeout=10, port=port)
+                   for r in range(3)]
+        results = [f.result(30) for f in futures]
+    assert [r.role for r in results] == ["primary", "node", "node"], [r.error for r in results]
+    verdict = results[0].verdict
+    assert verdict is not None and all(r.verdict == verdict for r in results)
+    codes = [p.code for p in verdict.problems]
+    assert "preflight-rank-missing" not in codes and verdict.reported == 3
+    differs = [p for p in verdict.problems if p.code == "preflight-env-differs"]
+    assert [p.title.split(" differs")[0] for p in differs] == ["NCCL_LONG_07"]
+    assert [n.rank for n in differs[0].nodes] == [2]
+    (trimmed,) = [p for p in verdict.problems if p.code == "preflight-fingerprint-trimmed"]
+    assert trimmed.severity == "info" and {n.rank for n in trimmed.nodes} == {1, 2}
+    assert "20 values of compared variables sent as a prefix and a digest" in trimmed.evidence[0]
+
+
+def test_a_fitted_fingerprint_fits_whatever_the_node_holds() -> None:
+    # The last step fits by construction: 256 variables with long names and values of control
+    # characters (6 bytes each in JSON), 64 long local findings, long RDMA lists.
+    worst = fingerprint(
+        1, hostname="\x01" * 512, interface_reason="\x01" * 512,
+        env={"NCCL_" + "\x02" * 200 + f"{i:03d}": "\x03" * 4096 for i in range(256)},
+        local_errors=tuple(Finding("c" * 512, "error", "\x04" * 4096, ("\x05" * 512,) * 8,
+                                   "\x06" * 4096) for _ in range(64)),
+        rdma=RdmaSummary("roce", ("\x07" * 512,) * 64, 64, (400.0,) * 64, ("\x08" * 512,) * 64,
+                         ("\x09" * 512,) * 64),
+        versions={f"v{i}": "\x0b" * 512 for i in range(16)},
+    )
+
+    def size(fp: Fingerprint) -> int:
+        return len(encode_json({"fingerprint": fp.to_wire()}))
+
+    assert size(worst) > 1_000_000
+    fitted = fit_fingerprint(worst, DEFAULT_LIMITS.max_message_bytes - 512, size)
+    assert size(fitted) <= DEFAULT_LIMITS.max_message_bytes - 512
+    assert Fingerprint.from_wire(json.loads(encode_json(fitted.to_wire()))) == fitted
+    assert len(fitted.env) == 256 and fitted.trimmed
+    same = fit_fingerprint(fingerprint(1), 65000, size)
+    assert same == fingerprint(1) and not same.trimmed
+
+
+# -- a grouped fix for the wrong node (round 2, item 12) ------------------------------------------
+
+
+def test_a_grouped_local_problem_gives_each_node_its_own_fix_and_names_it_once(
+    tmp_path: Path,
+) -> None:
+    # Two nodes whose cluster interfaces have different names, both with the sockets pinned to
+    # lo. Each node's doctor says "export NCCL_SOCKET_IFNAME=<its own interface>". Before, the
+    # verdict grouped by code only: it told rank 1 to export rank 0's interface, and listed
+    # each node twice (once per variable).
+    fps = []
+    for rank, name in ((0, "ens1"), (1, "ens7")):
+        env = {**runpod_env(rank, 2, "10.65.0.2"), "NODE_ADDR": f"10.65.0.{2 + rank}",
+               "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+        root = tmp_path / f"n{rank}"
+        (HostBuilder(root).loopback().interface("eth0", addresses=[f"172.20.0.{10 + rank}/16"])
+         .interface(name, addresses=[f"10.65.0.{2 + rank}/24"]).environ(env))
+        fps.append(collect_fingerprint(environ=env, root=root))
+    with primary(fps[0], expected=2) as (port, verdict):
+        got = nodes(port, [fps[1]])[0].result(15)
+    result = verdict.result()
+    assert got == result
+    local = [p for p in result.problems if p.code == "preflight-node-errors"]
+    assert len(local) == 4, [p.title for p in local]
+    for problem in local:
+        (node,) = problem.nodes  # one node, named once
+        own = "ens1" if node.rank == 0 else "ens7"
+        variable = "NCCL" if "NCCL_SOCKET_IFNAME" in problem.title else "GLOO"
+        assert problem.fix == f"export {variable}_SOCKET_IFNAME={own}", (node, problem.fix)

@@ -170,6 +170,7 @@ def test_node_with_another_mtu_is_named(sim_cluster: ClusterFactory) -> None:
 # a connection that says nothing. It waits until the primary has dropped the silent one.
 HOSTILE = textwrap.dedent("""
     import socket, struct, sys, time
+    from clusterenv.preflight.wire import PROTOCOL_VERSION
     target = (sys.argv[1], int(sys.argv[2]))
     def connect():
         deadline = time.monotonic() + 20
@@ -184,7 +185,8 @@ HOSTILE = textwrap.dedent("""
     garbage = connect()
     garbage.sendall(b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
     oversized = connect()
-    oversized.sendall(b"CEPF" + struct.pack("!BBBxI", 1, 2, 0, 1 << 30) + b"x" * 4096)
+    header = struct.pack("!BBBxI", PROTOCOL_VERSION, 2, 0, 1 << 30)
+    oversized.sendall(b"CEPF" + header + b"x" * 4096)
     start = time.monotonic()
     while silent.recv(4096):
         pass

@@ -78,15 +78,18 @@ PUBLIC_ALL: dict[str, set[str]] = {
         "CHECK_CODES", "Diagnosis", "diagnose_facts", "diagnose_with_plan", "doctor"
     },
     "clusterenv.nccl_log": {
-        "CODES", "CODE_BOOTSTRAP_MANAGEMENT", "CODE_CONNECT_TIMEOUT", "CODE_GDR_DISABLED",
-        "CODE_IBVERBS_FAILURE", "CODE_IB_COMPLETION_ERROR", "CODE_IB_DISABLED", "CODE_IB_MEMLOCK",
-        "CODE_IB_QP_FAILURE", "CODE_IB_SETTING_RANGE", "CODE_MIXED_ENV", "CODE_MIXED_INTERFACE",
-        "CODE_MIXED_LINK_LAYER", "CODE_MIXED_TRANSPORT", "CODE_MIXED_VERSION", "CODE_NCCL_ERROR",
-        "CODE_NCCL_WARNING", "CODE_NO_INTERFACE", "CODE_OFI_NO_PROVIDER", "CODE_PLUGIN_FAILED",
-        "CODE_SHM_EXHAUSTED", "CODE_SOCKET_CHANNEL_UNROUTABLE", "CODE_SOCKET_FALLBACK",
-        "GpuDirect", "INTERNAL_NETWORKS", "LogMessage", "MAX_LINE", "NcclLog", "NetDevice",
+        "CODES", "CODE_ADDRESS_FAMILY", "CODE_BOOTSTRAP_MANAGEMENT", "CODE_CONNECT_TIMEOUT",
+        "CODE_GDR_DISABLED", "CODE_IBVERBS_FAILURE", "CODE_IB_COMPLETION_ERROR",
+        "CODE_IB_DISABLED", "CODE_IB_MEMLOCK", "CODE_IB_QP_FAILURE", "CODE_IB_SETTING_RANGE",
+        "CODE_MIXED_ENV", "CODE_MIXED_FACT", "CODE_MIXED_INTERFACE", "CODE_MIXED_LINK_LAYER",
+        "CODE_MIXED_PLUGIN", "CODE_MIXED_RDMA_DRIVER", "CODE_MIXED_SUBNET",
+        "CODE_MIXED_TRANSPORT", "CODE_MIXED_VERSION", "CODE_NCCL_ERROR", "CODE_NCCL_MESSAGE",
+        "CODE_NCCL_WARNING", "CODE_NO_INTERFACE", "CODE_OFI_NO_PROVIDER", "CODE_PEER_CLOSED",
+        "CODE_PLUGIN_FAILED", "CODE_PLUGIN_LOAD", "CODE_SHM_EXHAUSTED",
+        "CODE_SOCKET_CHANNEL_UNROUTABLE", "CODE_SOCKET_FALLBACK", "CatalogueMatch", "GpuDirect",
+        "INTERNAL_NETWORKS", "LogMessage", "MAX_LINE", "MessageClass", "NcclLog", "NetDevice",
         "NetPlugin", "RankInfo", "SocketEndpoint", "WC_STATUSES", "WcStatus", "interface_concern",
-        "nccl_log_findings", "parse_nccl_log", "read_nccl_log"
+        "lookup_message", "nccl_log_findings", "parse_nccl_log", "read_nccl_log"
     },
     "clusterenv.preflight": {
         "DEFAULT_LIMITS", "Fingerprint", "Limits", "NodeRef", "NodeSummary", "PreflightError",

@@ -44,6 +44,9 @@ _TERMINAL = re.compile(
     "|[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
     "\u2066-\u2069]"
 )
+# What _TERMINAL changes in ASCII text: control characters but newlines and tabs (ESC among
+# them). ASCII text without any is written as it is, found by one search.
+_ASCII_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -118,7 +121,7 @@ def terminal_line(text: str) -> str:
     """What a clusterenv output stream writes: like :func:`printable`, but newlines, tabs and
     clusterenv's own colour codes (``ESC [ 31 m`` …) pass; any other escape sequence is shown
     escaped, so text that slipped past a renderer still cannot drive the terminal."""
-    if text.isascii() and "\x1b" not in text and text.isprintable():
+    if text.isascii() and _ASCII_CONTROL.search(text) is None:
         return text
     return _TERMINAL.sub(lambda m: m.group() if len(m.group()) > 1 else _escape(m.group()), text)
 

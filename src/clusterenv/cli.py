@@ -131,6 +131,11 @@ class _SafeStream:
         self._stream.write(shown)
         return len(text)
 
+    def unsanitised(self) -> TextIO:
+        """The stream underneath, for a control sequence the caller composed itself around
+        text it sanitised (preflight's progress line, redrawn in place on a terminal)."""
+        return self._stream
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 

@@ -31,7 +31,7 @@ from clusterenv.sources import (
     outer_facts,
     source_named,
 )
-from clusterenv.sources._base import EnvReader, Spelled, Unresolved, same_address
+from clusterenv.sources._base import MAX_NODES, EnvReader, Spelled, Unresolved, same_address
 from clusterenv.sources.runpod import pod_evidence
 
 __all__ = ["SOURCE_VARIABLE", "ClusterConfig", "ConfigCheck", "ProcessContext", "check_config"]
@@ -478,6 +478,15 @@ def _validate_common(environ: Mapping[str, str], reading: Reading) -> None:
         fields.get("num_nodes"),
         fields.get("num_trainers"),
     )
+    if isinstance(nodes, int) and nodes > MAX_NODES:  # a count derived, not read (WORLD_SIZE)
+        env.problem(
+            (),
+            f"the node count {nodes} (derived from the launcher's variables) is above the "
+            f"supported maximum of {MAX_NODES}",
+            "check the launcher's node and process counts (WORLD_SIZE counts processes)",
+            "config-out-of-range",
+        )
+        fields["num_nodes"] = nodes = None
     if isinstance(rank, int) and isinstance(nodes, int) and rank >= nodes:
         env.problem(
             ("NODE_RANK", "NUM_NODES"),

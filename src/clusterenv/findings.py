@@ -182,6 +182,14 @@ Code = Literal[
     "log-mixed-link-layer",
     "log-socket-channel-unroutable",
     "log-ofi-no-provider",
+    "log-mixed-plugin",
+    "log-mixed-subnet",
+    "log-mixed-fact",
+    "log-mixed-rdma-driver",
+    "log-peer-closed",
+    "log-address-family",
+    "log-plugin-load",
+    "log-nccl-message",
     "preflight-rank-duplicate",
     "preflight-rank-unknown",
     "preflight-rank-out-of-range",
@@ -202,6 +210,14 @@ Code = Literal[
     "preflight-addr-mismatch",
     "preflight-ring-unreachable",
     "preflight-rejected-peers",
+    "preflight-fingerprint-trimmed",
+    "preflight-nccl-library-differs",
+    "preflight-net-plugin-differs",
+    "preflight-hca-selection-differs",
+    "preflight-gpu-model-differs",
+    "preflight-driver-differs",
+    "preflight-host-limits-differ",
+    "preflight-datacenter-differs",
     "bench-slow-node",
     "bench-slow-link",
     "bench-transport-mixed",
@@ -487,7 +503,7 @@ CODES: dict[Code, CodeInfo] = {
     "log-no-interface": CodeInfo("nccl-log", "error", "NCCL found no usable socket interface"),
     "log-nccl-error": CodeInfo("nccl-log", "error", "An NCCL call failed"),
     "log-nccl-warning": CodeInfo(
-        "nccl-log", "warning", "NCCL warnings that no other check explains"
+        "nccl-log", "warning", "NCCL warnings that are not in the catalogue of its messages"
     ),
     "log-ib-completion-error": CodeInfo(
         "nccl-log", "error", "An RDMA transfer failed with an ibverbs completion error"
@@ -503,6 +519,30 @@ CODES: dict[Code, CodeInfo] = {
     ),
     "log-ofi-no-provider": CodeInfo(
         "nccl-log", "error", "libfabric found no usable device for the provider"
+    ),
+    "log-mixed-plugin": CodeInfo(
+        "nccl-log", "warning", "A network plugin loaded on some processes and not on others"
+    ),
+    "log-mixed-subnet": CodeInfo(
+        "nccl-log", "error", "Processes bootstrap from different subnets"
+    ),
+    "log-mixed-fact": CodeInfo(
+        "nccl-log", "warning", "Processes differ in a fact NCCL needs shared"
+    ),
+    "log-mixed-rdma-driver": CodeInfo(
+        "nccl-log", "warning", "RDMA ports of another driver in one NCCL device list"
+    ),
+    "log-peer-closed": CodeInfo(
+        "nccl-log", "error", "A peer closed its connection (Connection closed by remote peer)"
+    ),
+    "log-address-family": CodeInfo(
+        "nccl-log", "error", "NCCL received an address that is neither IPv4 nor IPv6"
+    ),
+    "log-plugin-load": CodeInfo(
+        "nccl-log", "warning", "A network plugin library could not be loaded"
+    ),
+    "log-nccl-message": CodeInfo(
+        "nccl-log", "warning", "NCCL reported a failure the catalogue of its messages explains"
     ),
     # -- preflight
     "preflight-rank-duplicate": CodeInfo("preflight", "error", "Two nodes sent the same NODE_RANK"),
@@ -556,6 +596,30 @@ CODES: dict[Code, CodeInfo] = {
     ),
     "preflight-rejected-peers": CodeInfo(
         "preflight", "warning", "Connections without a valid fingerprint were refused"
+    ),
+    "preflight-fingerprint-trimmed": CodeInfo(
+        "preflight", "info", "A node's fingerprint was fitted to the message limit"
+    ),
+    "preflight-nccl-library-differs": CodeInfo(
+        "preflight", "error", "Nodes load different NCCL libraries"
+    ),
+    "preflight-net-plugin-differs": CodeInfo(
+        "preflight", "error", "Nodes load different NCCL network plugins"
+    ),
+    "preflight-hca-selection-differs": CodeInfo(
+        "preflight", "warning", "NCCL selects a different number of RDMA ports on some nodes"
+    ),
+    "preflight-gpu-model-differs": CodeInfo(
+        "preflight", "warning", "GPU models differ between nodes"
+    ),
+    "preflight-driver-differs": CodeInfo(
+        "preflight", "warning", "NVIDIA driver versions differ between nodes"
+    ),
+    "preflight-host-limits-differ": CodeInfo(
+        "preflight", "warning", "/dev/shm or memlock differ between nodes"  # noqa: S108
+    ),
+    "preflight-datacenter-differs": CodeInfo(
+        "preflight", "error", "Nodes are in different data centres"
     ),
     # -- bench
     "bench-slow-node": CodeInfo("bench", "error", "One node's bandwidth is far below the rest"),

@@ -121,11 +121,19 @@ def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
     return environ, root
 
 
-def emit_json(data: Any, stream: TextIO | None = None) -> None:
+def emit_json(data: Any, stream: TextIO | None = None, *, compact: bool = False) -> None:
     """Print ``data`` as indented JSON (dataclasses and models become objects), secrets
-    scrubbed (:func:`~clusterenv._scrub.scrub_tree`)."""
+    scrubbed (:func:`~clusterenv._scrub.scrub_tree`).
+
+    ``compact`` prints it on one line, encoded by the json module's C encoder (for large
+    outputs such as a log of thousands of processes); what it prints is the same data.
+    """
     out = stream or sys.stdout
-    out.write(json.dumps(scrub_tree(escape_tree(to_jsonable(data))), indent=2) + "\n")
+    tree = scrub_tree(escape_tree(to_jsonable(data)))
+    if compact:
+        out.write(json.dumps(tree, separators=(",", ":")) + "\n")
+        return
+    out.write(json.dumps(tree, indent=2) + "\n")
 
 
 _COLOURS = {"red": "31", "yellow": "33", "green": "32", "blue": "34", "bold": "1", "dim": "2"}

@@ -55,7 +55,7 @@ def _names(values: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Print what the log shows and the findings; exit 1 on errors, 2 when unreadable or when
-    it has no NCCL line."""
+    nothing in it is recognised."""
     if args.file == "-" and sys.stdin is None:
         from clusterenv.errors import DiscoveryError
 
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     if log.lines_matched == 0:
         # Nothing to judge is not "no problems": exit 2, as for an unreadable file.
         source = "standard input" if args.file == "-" else args.file
-        print(f"clusterenv nccl-log: {source}: {count(log.lines_read, 'line')}, none from NCCL; "
-              "expected "
+        print(f"clusterenv nccl-log: {source}: {count(log.lines_read, 'line')}, none from NCCL "
+              "(nor a failure line of PyTorch, Gloo, nccl-tests or libibverbs); expected "
               "the output of a job run with NCCL_DEBUG=INFO (lines such as "
               "'node-0:1234:1234 [0] NCCL INFO Bootstrap : Using ens1:10.65.0.2<0>'), "
               "e.g. NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET torchrun ... 2>&1 | tee job.log",
@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         data["findings"] = findings
         data["cause"] = cause
         data["summary"] = counts
-        emit_json(data)
+        # one line: a log of thousands of processes makes a large document
+        emit_json(data, compact=True)
     else:
         if cause is not None:
             print(f"most likely cause: {cause.title} [{cause.code}]")
@@ -108,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _render(name: str, log: NcclLog) -> str:
     source = "standard input" if name == "-" else name
-    lines = [f"{source}: {count(log.lines_read, 'line')}, {log.lines_matched} from NCCL"]
+    lines = [f"{source}: {count(log.lines_read, 'line')}, {log.lines_matched} recognised "
+             "(NCCL's, and the failure lines of the programs around it)"]
     if not log.lines_matched:
         lines.append("no NCCL INFO/WARN lines: was the job run with NCCL_DEBUG=INFO?")
         return "\n".join(lines)

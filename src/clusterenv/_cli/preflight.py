@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, TextIO
 
 from clusterenv._cli._common import (
     add_json,
@@ -38,12 +39,28 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _wait_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds between 0 and 3600")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--timeout``, ``--port``, ``--ring``, ``--json``, ``--root``."""
+    """``--timeout``, ``--wait``, ``--port``, ``--ring``, ``--json``, ``--root``."""
     parser.add_argument(
         "--timeout", type=_seconds, default=30.0, metavar="SECONDS",
         help="how long the primary waits for every node, and a node keeps trying to reach the "
         "primary (default: 30)",
+    )
+    parser.add_argument(
+        "--wait", type=_wait_seconds, default=0.0, metavar="SECONDS",
+        help="the cluster may still be coming up: wait up to SECONDS for this node's cluster "
+        "address, a route to the primary over the cluster interface, and every node "
+        "(default: 0, do not wait)",
     )
     parser.add_argument(
         "--port", type=_port, default=None,
@@ -102,6 +119,9 @@ def format_verdict(result: PreflightResult) -> str:
             for hop in verdict.ring
         ]
     lines += ["", render_findings([p.finding() for p in verdict.problems])]
+    if verdict.more_problems:
+        lines.append(f"… and {verdict.more_problems} more problems (the verdict lists "
+                     f"{len(verdict.problems)}, the most severe first)")
     rank = "?" if result.rank is None else result.rank
     outcome = (
         style("consistent", "green") if verdict.ok
@@ -112,13 +132,54 @@ def format_verdict(result: PreflightResult) -> str:
     return "\n".join(lines)
 
 
+class _Progress:
+    """What this node waits for, on stderr: on a terminal one line redrawn in place; otherwise
+    a line whenever it changes (at most one a second while only a count or a time changes)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        # The CLI's stream escapes control characters; the line is sanitised here instead, and
+        # only the redraw sequence goes around it.
+        unsanitised = getattr(stream, "unsanitised", None)
+        self.stream: TextIO = unsanitised() if callable(unsanitised) else stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.shown = ""
+        self.at = float("-inf")
+
+    def __call__(self, line: str) -> None:
+        from clusterenv._scrub import scrub_text
+
+        text = printable(scrub_text(line))
+        now = time.monotonic()
+        if text == self.shown:
+            return
+        same_kind = text.split("(", 1)[0] == self.shown.split("(", 1)[0]
+        if self.tty:
+            self.stream.write("\r\x1b[K" + text)
+        elif same_kind and now - self.at < 1.0:
+            return
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+        self.shown, self.at = text, now
+
+    def done(self) -> None:
+        """End the line being redrawn, before the verdict is printed."""
+        if self.tty and self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
 def run(args: argparse.Namespace) -> int:
     """Run preflight; exit 0 consistent, 1 problems found, 2 could not complete."""
     from clusterenv.preflight import preflight
 
     environ, root = host_context(args)
-    result = preflight(environ=environ, root=root, timeout=args.timeout, port=args.port,
-                       ring=args.ring)
+    progress = _Progress(sys.stderr)
+    try:
+        result = preflight(environ=environ, root=root, timeout=args.timeout, port=args.port,
+                           ring=args.ring, wait=args.wait, progress=progress)
+    finally:
+        progress.done()
     if args.json:
         emit_json(result)
     elif result.verdict is None:

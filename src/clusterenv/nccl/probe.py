@@ -8,13 +8,17 @@ socket), calls it once per environment with ``NCCL_DEBUG=INFO`` and reads NCCL's
 warning when the filter selects nothing.
 
 Where the library comes from, first hit wins, in the dynamic loader's order for a library that
-PyTorch links (``LD_LIBRARY_PATH`` comes before the ``RUNPATH`` that points torch at the wheel):
+PyTorch links (``LD_LIBRARY_PATH`` comes before the ``RUNPATH`` that points torch at the wheel;
+see :mod:`clusterenv.nccl.plugin`):
 
 1. ``CLUSTERENV_NCCL_LIBRARY``: an absolute path to the library, or ``none`` to never ask NCCL;
-2. the absolute directories of ``LD_LIBRARY_PATH``;
-3. the ``nvidia/nccl/lib`` directory in this interpreter's site-packages (the
-   ``nvidia-nccl-cu*`` wheels that pip-installed PyTorch loads);
-4. the dynamic linker's cache (``/etc/ld.so.cache``).
+2. the ``DT_RPATH`` of torch's CUDA library, when it has no ``DT_RUNPATH`` (read from its ELF
+   file);
+3. the absolute directories of ``LD_LIBRARY_PATH``;
+4. the ``DT_RUNPATH`` of torch's CUDA library; without a CUDA torch, the ``nvidia/nccl/lib``
+   directory in this interpreter's site-packages (the ``nvidia-nccl-cu*`` wheels that
+   pip-installed PyTorch's ``RUNPATH`` points to);
+5. the dynamic linker's cache (``/etc/ld.so.cache``).
 
 Only absolute paths are ever opened, and the probe runs in ``/``: a ``libnccl.so.2`` (or a
 ``nvidia/`` directory) in the current directory is never loaded, whatever ``sys.path`` and
@@ -40,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterenv._root import absolute_entries
-from clusterenv.nccl.version import site_packages_dirs
+from clusterenv.nccl.plugin import torch_search_path
 
 __all__ = [
     "LIBRARY_VARIABLE",
@@ -136,19 +140,6 @@ class NcclAnswer:
         return "nccl " + ".".join(map(str, self.version)) if self.version else "nccl"
 
 
-def _nvidia_dirs() -> Iterator[Path]:
-    # The wheels install into site-packages; sys.path also holds the current directory (under
-    # python -m), whose nvidia/ must never be loaded.
-    for directory in site_packages_dirs():
-        yield Path(directory) / "nvidia" / "nccl" / "lib"
-
-
-def _ld_library_dirs(environ: Mapping[str, str]) -> Iterator[Path]:
-    variable = environ.get("LD_LIBRARY_PATH")
-    for entry in absolute_entries(variable, limit=_MAX_LD_DIRS, separators=":;"):
-        yield Path(entry)
-
-
 def _ld_cache_paths(cache: str = _LD_CACHE) -> Iterator[Path]:
     """Paths of ``libnccl.so.2`` recorded in the linker cache, in the order stored.
 
@@ -201,16 +192,15 @@ def find_nccl_library(environ: Mapping[str, str], *, ld_cache: str = _LD_CACHE) 
                                  f"set it to the path of {_SONAME}, or to 'none'", problem=True)
         return LibrarySearch(NcclLibrary(str(path), LIBRARY_VARIABLE),
                              f"{_SONAME} from {LIBRARY_VARIABLE}: {path}")
-    searches = (
-        ("LD_LIBRARY_PATH", _ld_library_dirs(environ)),
-        ("nvidia package", _nvidia_dirs()),
-    )
-    for source, dirs in searches:
-        for directory in dirs:
-            path = directory / _SONAME
-            if _is_library(path):
-                found = NcclLibrary(str(path), source)
-                return LibrarySearch(found, f"{_SONAME} from {source}: {found.path}")
+    # The loader's order for torch's DT_NEEDED libnccl.so.2, read from torch's own ELF file
+    # (its DT_RPATH, LD_LIBRARY_PATH, its DT_RUNPATH; see clusterenv.nccl.plugin); without a
+    # CUDA torch, the NVIDIA wheel stands where pip's torch's RUNPATH points.
+    for directory, why in torch_search_path(environ):
+        path = Path(directory) / _SONAME
+        if _is_library(path):
+            source = "nvidia package" if why == "torch's RUNPATH" else why
+            found = NcclLibrary(str(path), source)
+            return LibrarySearch(found, f"{_SONAME} from {source}: {found.path}")
     for path in _ld_cache_paths(ld_cache):
         if _is_library(path):
             return LibrarySearch(NcclLibrary(str(path), "linker cache"),

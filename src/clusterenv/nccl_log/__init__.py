@@ -1,4 +1,4 @@
-"""Reading an ``NCCL_DEBUG=INFO`` log: what NCCL actually did.
+"""Reading an ``NCCL_DEBUG=INFO`` log: what NCCL actually did, and what went wrong first.
 
 NCCL tells the truth about a job only in its debug log: which interface it bootstrapped on, which
 network it chose (``IB``, ``Socket``, a plugin such as ``Libfabric``), which HCAs, whether
@@ -7,9 +7,12 @@ instead of RDMA, GPUDirect off, the management interface chosen) show nowhere el
 
 :func:`parse_nccl_log` reads such a log line by line (any length, streaming) and returns a
 :class:`NcclLog`; :func:`nccl_log_findings` turns it into :class:`~clusterenv.findings.Finding`
-objects in the same form as ``doctor``. The parser is tolerant: lines of many processes
-interleaved, the formats of NCCL 2.5 to 2.30, prefixes added by launchers (``[rank3]:``, ``0: ``,
-``[1,0]<stdout>:``, timestamps), lines cut short and arbitrary garbage in between.
+objects in the same form as ``doctor``, the most likely cause first. The parser is tolerant:
+lines of many processes interleaved, the formats of NCCL 2.3 to 2.30, prefixes added by
+launchers (``[rank3]:``, ``0: ``, ``[1,0]<stdout>:``, timestamps), lines cut short, arbitrary
+garbage in between, and logs that hold no NCCL line at all but PyTorch's exception block, its
+watchdog, nccl-tests or libibverbs. Every message is recognised by a catalogue generated from
+NCCL's source at each release (:func:`lookup_message`).
 
 Example::
 
@@ -19,18 +22,14 @@ Example::
     print(log.version, log.transport, [r.bootstrap_interface for r in log.ranks])
     for finding in nccl_log_findings(log, management_interfaces=["eth0"]):
         print(finding)
+
+This module only gathers the public names of its submodules.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
-import os
-from collections.abc import Iterable
-from typing import IO, Any
-
-from clusterenv.errors import DiscoveryError
 from clusterenv.nccl_log import checks as _checks
+from clusterenv.nccl_log.catalogue import CatalogueMatch, MessageClass, lookup_message
 from clusterenv.nccl_log.checks import *  # noqa: F403  (every name of checks.__all__ is public here)
 from clusterenv.nccl_log.completion import WC_STATUSES, WcStatus
 from clusterenv.nccl_log.model import (
@@ -42,80 +41,24 @@ from clusterenv.nccl_log.model import (
     RankInfo,
     SocketEndpoint,
 )
-from clusterenv.nccl_log.parse import MAX_LINE, parse_lines, parse_stream
+from clusterenv.nccl_log.parse import MAX_LINE
+from clusterenv.nccl_log.reader import parse_nccl_log, read_nccl_log
 
 __all__ = [
     "MAX_LINE",
     "WC_STATUSES",
+    "CatalogueMatch",
     "GpuDirect",
     "LogMessage",
+    "MessageClass",
     "NcclLog",
     "NetDevice",
     "NetPlugin",
     "RankInfo",
     "SocketEndpoint",
     "WcStatus",
+    "lookup_message",
     "parse_nccl_log",
     "read_nccl_log",
 ]
 __all__ += _checks.__all__
-
-
-def parse_nccl_log(lines: Iterable[str]) -> NcclLog:
-    """Parse the lines of an ``NCCL_DEBUG=INFO`` log (any iterable of strings, streamed).
-
-    Lines without an ``NCCL INFO`` / ``NCCL WARN`` marker are skipped (PyTorch's ``NCCL error``
-    lines are kept as errors); nothing in the input makes this raise.
-
-    Args:
-        lines: The log, e.g. an open file or ``text.splitlines()``.
-
-    Returns:
-        What NCCL reported, e.g. ``NcclLog(version="2.27.5", transports=("IB",), ...)``.
-    """
-    return parse_lines(lines)
-
-
-def read_nccl_log(source: str | os.PathLike[str] | IO[str] | IO[bytes]) -> NcclLog:
-    """Read and parse an NCCL log from a path (``.gz`` too) or an open file.
-
-    Undecodable bytes are replaced, never fatal.
-
-    Args:
-        source: A path such as ``"train.log"``, or an open text or binary file (``sys.stdin``).
-
-    Returns:
-        The parsed :class:`NcclLog`.
-
-    Raises:
-        DiscoveryError: When the file cannot be opened or read; ``path`` names it.
-    """
-    if hasattr(source, "read"):
-        stream: Any = source
-        if isinstance(stream, (io.RawIOBase, io.BufferedIOBase)) or "b" in getattr(
-            stream, "mode", ""
-        ):
-            stream = io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
-        name = str(getattr(source, "name", "<stream>"))
-        try:
-            return parse_stream(stream)
-        except (OSError, EOFError) as e:
-            raise _unreadable(name, e) from e
-    path = os.fspath(source)
-    try:
-        if str(path).endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8", errors="replace") as handle:
-                return parse_stream(handle)
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return parse_stream(handle)
-    except (OSError, EOFError) as e:
-        raise _unreadable(str(path), e) from e
-
-
-def _unreadable(path: str, error: BaseException) -> DiscoveryError:
-    reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
-    return DiscoveryError(
-        f"cannot read NCCL log {path!r}: {reason}; pass a readable file (or '-' for standard "
-        "input) holding the output of a run with NCCL_DEBUG=INFO",
-        path=path,
-    )

@@ -176,13 +176,21 @@ _ACS_FIX = (
 )
 
 
+def _acs_flush(status: WcStatus | None, vendor: set[int], layers: set[str], log: NcclLog,
+               first: bool) -> bool:
+    """A flushed request (status 5) that is the ACS/IOMMU signature: on InfiniBand with
+    GPUDirect RDMA, with the mlx5 syndrome 249 or as the first failure in the log (nothing
+    failed before it, so it flushed nothing else's requests)."""
+    return (status is not None and status.number == 5 and _gdr_on(log) and "IB" in layers
+            and (_VENDOR_ACS in vendor or first))
+
+
 def _cause_and_fix(status: WcStatus | None, vendor: set[int], layers: set[str],
-                   log: NcclLog) -> tuple[str, str]:
+                   log: NcclLog, first: bool) -> tuple[str, str]:
     gdr = _gdr_on(log)
     if status is None:
         return "an RDMA transfer failed", _fabric_fix(layers, log)
-    if status.number in (4, 8, 10) or (status.number == 5 and _VENDOR_ACS in vendor and gdr
-                                       and "IB" in layers):
+    if status.number in (4, 8, 10) or _acs_flush(status, vendor, layers, log, first):
         cause = ("GPUDirect RDMA broken by PCIe ACS or the IOMMU" if gdr else
                  "the NIC could not access a registered buffer")
         return cause, _ACS_FIX if gdr else (
@@ -205,26 +213,46 @@ def _cause_and_fix(status: WcStatus | None, vendor: set[int], layers: set[str],
     return status.text, _fabric_fix(layers, log) + "; check `dmesg` on both nodes"
 
 
-def completion_findings(log: NcclLog) -> list[Finding]:
+def _earliest_failure(log: NcclLog) -> int:
+    lines = [m.first_line for m in (*log.warnings, *log.errors)
+             if m.kind not in ("error-trace", "nccl-error")]
+    return min(lines, default=0)
+
+
+def completion_findings(log: NcclLog, *, consequences: bool | None = None) -> list[Finding]:
     """One error finding per ibverbs status in ``Got completion ... with error N`` lines, the
-    statuses that are causes before those that only follow another error."""
+    statuses that are causes before those that only follow another error.
+
+    Args:
+        log: The parsed log.
+        consequences: Only the statuses that follow another failure (True), only the others
+            (False), or all (None).
+    """
     groups: dict[int | None, list[tuple[LogMessage, tuple[int | None, int | None, str | None,
                                                              str | None]]]] = {}
     for message in log.messages("ib-completion"):
         parsed = parse_completion(message.text)
         if parsed is not None:
             groups.setdefault(parsed[0], []).append((message, parsed))
-    ordered = sorted(groups.items(), key=lambda item: (
-        WC_STATUSES[item[0]].consequence if item[0] in WC_STATUSES else False,
-        min(m.first_line for m, _ in item[1])))
+    earliest = _earliest_failure(log)
+    judged = []
+    for number, entries in groups.items():
+        status = WC_STATUSES.get(number) if number is not None else None
+        vendor = {p[1] for _, p in entries if p[1] is not None}
+        hcas = sorted({p[3] for _, p in entries if p[3]})
+        first = min(m.first_line for m, _ in entries) <= earliest
+        follows = bool(status and status.consequence) and not _acs_flush(
+            status, vendor, _link_layers(log, hcas), log, first)
+        if consequences is None or consequences == follows:
+            judged.append((follows, min(m.first_line for m, _ in entries), number, entries, first))
     findings = []
-    for number, entries in ordered:
+    for _, _, number, entries, first in sorted(judged, key=lambda item: item[:2]):
         status = WC_STATUSES.get(number) if number is not None else None
         vendor = {p[1] for _, p in entries if p[1] is not None}
         hcas = sorted({p[3] for _, p in entries if p[3]})
         peers = sorted({p[2] for _, p in entries if p[2]})
         layers = _link_layers(log, hcas)
-        cause, fix = _cause_and_fix(status, vendor, layers, log)
+        cause, fix = _cause_and_fix(status, vendor, layers, log, first)
         name = f"{status.name}, {status.text!r}" if status else "an unknown status"
         evidence = [f"status {number} = {name} (rdma-core libibverbs/verbs.h): "
                     f"{status.cause if status else 'not an ibv_wc_status value'}"]

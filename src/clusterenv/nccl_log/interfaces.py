@@ -7,6 +7,8 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 
+from clusterenv._shell import export
+from clusterenv._shell import quote as shell_quote
 from clusterenv.findings import Code, Finding, Severity
 from clusterenv.nccl_log.model import LogMessage, NcclLog, RankInfo, SocketEndpoint, parse_ip
 
@@ -24,8 +26,8 @@ __all__ = [
     "socket_channel_checks",
 ]
 
-CODE_BOOTSTRAP_MANAGEMENT = "log-bootstrap-management"
-CODE_SOCKET_CHANNEL_UNROUTABLE = "log-socket-channel-unroutable"
+CODE_BOOTSTRAP_MANAGEMENT: Code = "log-bootstrap-management"
+CODE_SOCKET_CHANNEL_UNROUTABLE: Code = "log-socket-channel-unroutable"
 MAX_EVIDENCE = 8
 #: ``10.65.0.3<43429>``, ``fe80::1%veth0<43429>``: a peer address with its port, as NCCL prints.
 PEER = re.compile(r"([0-9A-Fa-f.:]{3,45}(?:%[\w.-]{1,32})?)<([0-9]{1,5})>", re.ASCII)
@@ -134,8 +136,10 @@ def _routable(endpoint: SocketEndpoint) -> bool:
 def _private_evidence(log: NcclLog, name: str, users: list[RankInfo]) -> list[str]:
     """What in the log shows that NCCL's 172.16.0.0/12 interface ``name`` is the wrong one."""
     found: list[str] = []
+    bootstrapped = {r.bootstrap_interface for r in users}
     others = {str(e): e for r in users for e in (*r.socket_interfaces, r.oob)
-              if e is not None and e.interface != name and _routable(e)}
+              if e is not None and e.interface != name and e.interface not in bootstrapped
+              and _routable(e)}
     if others:
         found.append("NCCL also listed " + ", ".join(sorted(others)[:3]) + " and did not use "
                      "it for bootstrap")
@@ -163,10 +167,9 @@ def _roles(rank: RankInfo) -> list[tuple[str, str, str | None]]:
     if rank.bootstrap_interface:
         roles.append(("bootstrap", rank.bootstrap_interface, rank.bootstrap_address))
     if rank.transport in (None, "Socket"):
-        used = [i for network, i in rank.channel_devices if network == "Socket"]
-        endpoints = ([rank.socket_interfaces[i] for i in used if i < len(rank.socket_interfaces)]
-                     if used else rank.socket_interfaces)
-        roles += [("NET/Socket", e.interface, e.address) for e in endpoints]
+        # every entry of the list: NCCL spreads channels over all of them, and a log rarely
+        # shows every channel (those a channel line shows are socket_channel_checks' to report)
+        roles += [("NET/Socket", e.interface, e.address) for e in rank.socket_interfaces]
     if rank.oob is not None:
         roles.append(("NET/IB OOB", rank.oob.interface, rank.oob.address))
     return roles
@@ -177,9 +180,10 @@ def interface_checks(
 ) -> list[Finding]:
     """``log-bootstrap-management``: one finding per interface other hosts cannot reach
     (except those :func:`socket_channel_checks` reports)."""
-    if log.multi_node is False:
-        return []  # NCCL said nNodes 1: its sockets never leave the host
-    skipped = set(_bad_channels(log))
+    multi_node = log.multi_node  # once: it reads every process
+    if multi_node is False:
+        return []  # one host: its sockets never leave it
+    skipped = set(_bad_channels(log, multi_node))
     # interface -> address -> role -> the processes that used it so
     uses: dict[str, dict[str | None, dict[str, list[RankInfo]]]] = {}
     for rank in log.ranks:
@@ -193,7 +197,7 @@ def interface_checks(
         for address, by_role in addresses.items():
             concern = interface_concern(
                 name, address, management_interfaces=management, cluster_interfaces=cluster,
-                multi_node=log.multi_node,
+                multi_node=multi_node,
             )
             if concern is not None:
                 flagged.append((address, by_role, concern))
@@ -238,7 +242,8 @@ def _interface_finding(
     ifname = log.env.get("NCCL_SOCKET_IFNAME")
     if ifname:
         evidence.append(f"NCCL_SOCKET_IFNAME set by environment to {ifname}")
-        fix = f"NCCL_SOCKET_IFNAME={ifname} selects {name}: change it; {IFNAME_FIX}"
+        fix = (f"NCCL_SOCKET_IFNAME={shell_quote(ifname)} selects {shell_quote(name)}: change "
+               f"it; {IFNAME_FIX}")
     else:
         evidence.append("NCCL_SOCKET_IFNAME not reported as set: NCCL picked the interface")
         fix = IFNAME_FIX
@@ -251,7 +256,7 @@ def socket_channel_checks(log: NcclLog) -> list[Finding]:
     """``log-socket-channel-unroutable``: channels ``via NET/Socket/N`` through the ``[N]``
     entry of ``NET/Socket : Using [0]eno1:... [1]veth...:fe80::...`` when that one is host-local
     or link-local; an error when connections failed."""
-    bad = _bad_channels(log)
+    bad = _bad_channels(log, log.multi_node)
     if not bad:
         return []
     failures = [*log.messages("connect"), *log.messages("fatal")]
@@ -266,8 +271,9 @@ def socket_channel_checks(log: NcclLog) -> list[Finding]:
         ]
         if good:
             names = ",".join(good)
-            fix = (f"export NCCL_SOCKET_IFNAME=={names} on every node (the leading `=` means "
-                   f"exactly these names), so that NCCL leaves {name} out")
+            fix = (f"{export('NCCL_SOCKET_IFNAME', '=' + names)} on every node (the leading "
+                   f"`=` means exactly these names), so that NCCL leaves {shell_quote(name)} "
+                   "out")
         else:
             fix = IFNAME_FIX
         findings.append(finding(
@@ -280,11 +286,11 @@ def socket_channel_checks(log: NcclLog) -> list[Finding]:
 
 
 def _bad_channels(
-    log: NcclLog,
+    log: NcclLog, multi_node: bool | None,
 ) -> dict[str, tuple[SocketEndpoint, list[RankInfo], dict[str, None]]]:
     """Interfaces that ``via NET/Socket/N`` channels use although other hosts cannot reach
     them: name -> (endpoint, processes, the routable interfaces those processes listed)."""
-    if log.multi_node is False:
+    if multi_node is False:
         return {}
     bad: dict[str, tuple[SocketEndpoint, list[RankInfo], dict[str, None]]] = {}
     for rank in log.ranks:
@@ -294,7 +300,7 @@ def _bad_channels(
                 continue
             endpoint = rank.socket_interfaces[index]
             concern = interface_concern(endpoint.interface, endpoint.address,
-                                        multi_node=log.multi_node)
+                                        multi_node=multi_node)
             if concern is None or concern[0] == "info":
                 continue
             entry = bad.setdefault(endpoint.interface, (endpoint, [], {}))

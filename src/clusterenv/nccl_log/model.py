@@ -4,7 +4,8 @@ and the checks can share them without importing each other)."""
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from clusterenv._jsonable import json_fields
@@ -26,8 +27,11 @@ __all__ = [
 INTERNAL_NETWORKS = frozenset({"IB", "Socket"})
 
 
+@lru_cache(maxsize=65536)
 def parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """``"fe80::1%eth0"`` -> ``IPv6Address('fe80::1')``; None when it is not an address."""
+    if not text or not (text[0].isdigit() or ":" in text) or len(text) > 64:
+        return None  # neither a dotted quad nor IPv6: not worth the ipaddress module's time
     try:
         return ipaddress.ip_address(text.split("%", 1)[0])
     except ValueError:
@@ -57,7 +61,7 @@ class SocketEndpoint:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data: the fields above."""
-        return json_fields(self)
+        return {"interface": self.interface, "address": self.address}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,12 @@ class RankInfo:
         channel_devices: The network devices its channels go through, as ``(network, index)``
             pairs, e.g. ``(("Socket", 1),)`` for ``via NET/Socket/1``: the index is the ``[1]``
             entry of that network's ``Using`` list.
+        facts: Its fact table, the facts that are compared across processes (with ``env``), by
+            name, e.g. ``{"NCCL version": "2.27.5", "network": "IB", "bootstrap subnet":
+            "10.99.91.0/24"}`` (:mod:`clusterenv.nccl_log.facts` names them all).
+        failure: The return chain that ended its NCCL call, when nothing after it shows NCCL
+            carried on, e.g. ``"bootstrap.cc:95 -> 2 (ncclSystemError)"``; None when it has none.
+        failure_line: Line number of that chain's last step.
     """
 
     host: str | None
@@ -110,6 +120,9 @@ class RankInfo:
     env: dict[str, str]
     first_line: int
     channel_devices: tuple[tuple[str, int], ...] = ()
+    facts: dict[str, str] = field(default_factory=dict)
+    failure: str | None = None
+    failure_line: int | None = None
 
     @property
     def label(self) -> str:
@@ -120,8 +133,22 @@ class RankInfo:
         return where
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data: the fields above."""
-        return json_fields(self)
+        """JSON-ready data: the fields above (written out: a log of 8192 processes has as many
+        of these, and the generic conversion costs ten times more)."""
+        return {
+            "host": self.host, "pid": self.pid, "cuda_device": self.cuda_device,
+            "rank": self.rank, "nranks": self.nranks, "version": self.version,
+            "bootstrap_interface": self.bootstrap_interface,
+            "bootstrap_address": self.bootstrap_address,
+            "socket_interfaces": [e.to_dict() for e in self.socket_interfaces],
+            "oob": self.oob.to_dict() if self.oob else None, "transport": self.transport,
+            "devices": list(self.devices), "plugin": self.plugin,
+            "net_channels": self.net_channels, "gdr_channels": self.gdr_channels,
+            "env": dict(self.env), "first_line": self.first_line,
+            "channel_devices": [list(d) for d in self.channel_devices],
+            "facts": dict(self.facts), "failure": self.failure,
+            "failure_line": self.failure_line,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +273,13 @@ class LogMessage:
         count: How many times it appeared.
         first_line: Line number (1-based) of its first appearance.
         hosts: Hosts that printed it.
+        cls: Its meaning class in the catalogue of NCCL's messages, e.g. ``"socket"``
+            (:func:`~clusterenv.nccl_log.catalogue.lookup_message`); None when not catalogued.
+        origin: Where the catalogue says it is printed, e.g. ``"src/misc/socket.cc:49
+            (v2.16.2-1) .. :58 (v2.30.7-1)"``.
+        fails: NCCL returns an error right after printing it (by its source), or the catalogue
+            marks it fatal.
+        processes: The processes that printed it (``"host:pid"``, at most 16).
     """
 
     text: str
@@ -254,6 +288,10 @@ class LogMessage:
     count: int
     first_line: int
     hosts: tuple[str, ...]
+    cls: str | None = None
+    origin: str | None = None
+    fails: bool = False
+    processes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data: the fields above."""
@@ -281,7 +319,11 @@ class NcclLog:
         errors: Error returns (``init.cc:1234 -> 2``) and PyTorch's ``NCCL error`` lines.
         notices: INFO lines that report a problem, e.g. ``NET/IB : No device found.``.
         lines_read: Lines read.
-        lines_matched: Lines carrying an ``NCCL INFO`` or ``NCCL WARN`` marker.
+        lines_matched: Lines recognised: those carrying an ``NCCL INFO`` or ``NCCL WARN``
+            marker, and the failure lines of the programs around NCCL (PyTorch's exceptions and
+            watchdog, nccl-tests, libibverbs, NCCL's own older formats).
+        banners: ``NCCL version`` banners printed without a host prefix (``NCCL_DEBUG=VERSION``
+            or ``WARN``), as ``(version, line number)``; one per process that printed it.
     """
 
     version: str | None
@@ -300,6 +342,7 @@ class NcclLog:
     notices: tuple[LogMessage, ...]
     lines_read: int
     lines_matched: int
+    banners: tuple[tuple[str, int], ...] = ()
 
     @property
     def transport(self) -> str | None:
@@ -313,13 +356,22 @@ class NcclLog:
 
     @property
     def multi_node(self) -> bool | None:
-        """Whether the job spans nodes: True, False (NCCL said ``nNodes 1``) or None (unknown)."""
-        # channels through a network (NET/IB, NET/Socket, a plugin) connect different nodes
-        if (self.nnodes or 0) > 1 or len(self.hosts) > 1 or any(
-            r.channel_devices for r in self.ranks
-        ):
+        """Whether the job spans nodes: True, False or None (unknown).
+
+        True when NCCL said ``nNodes 2`` or more, or processes of several hosts are in the log;
+        False when NCCL said ``nNodes 1``, or when one host's processes are every rank of their
+        communicators; else channels through a network (``via NET/...``) suggest other nodes.
+        """
+        if (self.nnodes or 0) > 1 or len(self.hosts) > 1:
             return True
-        return False if self.nnodes == 1 else None
+        if self.nnodes == 1:
+            return False
+        ranks = {r.rank for r in self.ranks if r.pid is not None and r.rank is not None}
+        if self.hosts and self.nranks and len(ranks) >= self.nranks:
+            return False  # every rank of the communicator is on this one host
+        if any(r.channel_devices for r in self.ranks):
+            return True
+        return None
 
     def messages(self, kind: str) -> tuple[LogMessage, ...]:
         """Warnings, errors and notices of one ``kind``, e.g. ``"ibverbs"``."""

@@ -1,41 +1,36 @@
 """The streaming parser behind :func:`clusterenv.nccl_log.parse_nccl_log`.
 
-Speed matters (logs of many GB exist): a line without ``NCCL`` costs one substring test; a marker
-line costs a ``find``, a slice and a dict lookup of its message text in a cache of facts
-(:func:`clusterenv.nccl_log.lines.parse_info` runs once per distinct message); only lines that
-state a fact touch the per-process state.
+Speed matters (logs of many GB exist): a line without ``NCCL`` costs one substring test and one
+search for the words of the failures PyTorch and others print; a marker line costs a ``find``, a
+slice and a dict lookup of its message text in a cache of facts
+(:func:`clusterenv.nccl_log.info.parse_info` and, for INFO lines it has no rule for, the
+catalogue's lookup run once per distinct message); only lines that state a fact touch the
+per-process state (:mod:`clusterenv.nccl_log.state`).
 """
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
-from collections.abc import Callable, Iterable
-from functools import partial
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from itertools import compress, count, repeat
+from operator import and_, contains, itemgetter, not_
+from typing import IO, Any
 
+from clusterenv.nccl_log.catalogue import lookup_message
+from clusterenv.nccl_log.foreign import Foreign, recognise, recognise_last_error
+from clusterenv.nccl_log.info import NOTHING, VERSION, Fact, channel_fact, fi_getinfo, info_fact
 from clusterenv.nccl_log.lines import (
-    TORCH_ERROR,
-    VERSION,
-    Fact,
-    fi_getinfo,
     find_marker,
     kind_of,
     message_end,
     parse_header,
-    parse_info,
     source_of,
     split_messages,
 )
-from clusterenv.nccl_log.model import (
-    INTERNAL_NETWORKS,
-    GpuDirect,
-    LogMessage,
-    NcclLog,
-    NetDevice,
-    NetPlugin,
-    RankInfo,
-    SocketEndpoint,
-)
+from clusterenv.nccl_log.model import NcclLog
+from clusterenv.nccl_log.state import MAX_TEXT, FactOps, Process
 
 __all__ = ["MAX_LINE", "parse_lines", "parse_stream"]
 
@@ -43,16 +38,16 @@ __all__ = ["MAX_LINE", "parse_lines", "parse_stream"]
 #: file without newlines (a binary, a log joined into one line) costs bounded memory.
 MAX_LINE = 65_536
 # Facts that only set something the first time (first value wins, or a union): replaying them
-# for a line seen before changes nothing, so a repeated line does not run them again.
+# for a line seen before changes nothing, so a repeated line does not run them again, except
+# that those marking progress (a device list, a network chosen) move the process's progress
+# line: a return chain before them was handled.
 _ONCE = frozenset({
-    "bootstrap", "comm", "dmabuf", "env", "gdr_distance", "gdr_hca", "ib_device", "ib_using",
-    "network", "ofi", "ofi_group", "ofi_provider", "ofi_version", "plugin_external",
+    "bootstrap", "dmabuf", "driver", "env", "gdr_distance", "gdr_hca", "ib_device", "ib_using",
+    "net_named", "network", "ofi", "ofi_group", "ofi_provider", "ofi_version", "plugin_external",
     "plugin_loaded", "plugin_requested", "plugin_trouble", "socket", "version",
 })
+_PROGRESS = frozenset({"ib_using", "network", "socket"})
 
-# Distinct messages kept per list; a log of a million different retries stays small.
-_MAX_MESSAGES = 500
-_MAX_TEXT = 400
 # Distinct message texts whose facts are cached, and distinct line prefixes remembered (each
 # cache is emptied when full: lines of one process come close together).
 _MAX_CACHED = 50_000
@@ -60,146 +55,48 @@ _MAX_CACHED = 50_000
 _CACHE_PROBE = 4_096
 _MISSING: Any = object()
 _TAGS = frozenset({"INFO ", "WARN "})
+# Channel lines are most of a large job's lines, each with its own ranks: those through P2P or
+# shared memory state nothing, those through a network are read without the fact cache.
+_CHANNEL_HEADS = frozenset({"Chan", "Ring"})
 
 
-class _Plugin:
-    __slots__ = ("evidence", "library", "name", "nics", "placeholder", "provider", "version")
-
-    def __init__(self, name: str, *, placeholder: bool):
-        self.name = name
-        self.placeholder = placeholder  # named after its library until NCCL names it
-        self.library: str | None = None
-        self.version: str | None = None
-        self.provider: str | None = None
-        self.nics: int | None = None
-        self.evidence: dict[str, None] = {}
-
-
-class _Process:
-    """What one process (host, pid) said so far."""
-
-    __slots__ = (
-        "bootstrap",
-        "channel_devices",
-        "channel_net",
-        "cuda_device",
-        "devices",
-        "env",
-        "first_line",
-        "gdr_channels",
-        "host",
-        "inferred",
-        "net_channels",
-        "network",
-        "nranks",
-        "oob",
-        "pid",
-        "plugin",
-        "rank",
-        "socket_ifs",
-        "version",
-    )
-
-    def __init__(self, host: str | None, pid: int | None, cuda_device: int | None):
-        self.host = host
-        self.pid = pid
-        self.cuda_device = cuda_device
-        self.first_line = 0
-        self.rank: int | None = None
-        self.nranks: int | None = None
-        self.version: str | None = None
-        self.bootstrap: SocketEndpoint | None = None
-        self.socket_ifs: tuple[SocketEndpoint, ...] = ()
-        self.oob: SocketEndpoint | None = None
-        self.network: str | None = None  # "Using network X": what it used
-        self.inferred: str | None = None  # from "NET/IB : Using", for logs without that line
-        self.devices: dict[str, None] = {}
-        self.plugin: _Plugin | None = None
-        self.net_channels = 0
-        self.gdr_channels = 0
-        self.channel_net: str | None = None  # network of its first "via NET/..." channel
-        self.channel_devices: dict[tuple[str, int], None] = {}
-        self.env: dict[str, str] = {}
-
-    def has_facts(self) -> bool:
-        return self.pid is not None or bool(
-            self.bootstrap or self.socket_ifs or self.network or self.inferred or self.env
-            or self.version or self.devices or self.plugin or self.channel_net
-        )
-
-
-class _Messages:
-    """Messages counted by text, capped at ``_MAX_MESSAGES`` distinct texts."""
-
-    __slots__ = ("entries",)
-
+class _Parser(FactOps):
     def __init__(self) -> None:
-        self.entries: dict[str, list[Any]] = {}  # text -> [kind, source, count, line, hosts]
-
-    def add(self, text: str, kind: str, source: str | None, line: int, host: str | None) -> None:
-        text = text[:_MAX_TEXT]
-        entry = self.entries.get(text)
-        if entry is None:
-            if len(self.entries) >= _MAX_MESSAGES:
-                return
-            entry = self.entries[text] = [kind, source, 0, line, {}]
-        entry[2] += 1
-        if host:
-            entry[4][host] = None
-
-    def freeze(self) -> tuple[LogMessage, ...]:
-        return tuple(
-            LogMessage(text, kind, source, count, first, tuple(hosts))
-            for text, (kind, source, count, first, hosts) in self.entries.items()
-        )
-
-
-class _Parser:
-    def __init__(self) -> None:
+        super().__init__()
         self.matched = 0
         self.facts: dict[str, Fact | None] = {}
-        self.by_head: dict[str, _Process] = {}
-        # whole line -> what it does: False (no marker), True (marker, nothing to do) or the
-        # actions left to run when the same line comes again (see _analyse)
+        self.channel_tails: dict[str, Fact | None] = {}  # "via NET/IB/0/GDRDMA" -> its fact
+        self.warn_facts: dict[str, Fact] = {}
+        self.by_head: dict[str, Process] = {}
+        # whole line -> what it does: False (nothing recognised), True (recognised, nothing to
+        # do) or the actions left to run when the same line comes again (see _analyse)
         self.by_line: dict[str, Any] = {}
-        self.procs: dict[tuple[str | None, int | None], _Process] = {}
-        self.plugins: dict[str, _Plugin] = {}
-        self.cuda: str | None = None
-        self.fallback_version: str | None = None
-        self.nranks: int | None = None
-        self.nnodes: int | None = None
-        self.devices: dict[tuple[str, str, int | None], list[Any]] = {}
-        self.gdr_hcas: dict[str, bool] = {}
-        self.dmabuf: dict[int, None] = {}
-        self.distance_disabled: dict[str, None] = {}
-        self.warnings = _Messages()
-        self.errors = _Messages()
-        self.notices = _Messages()
         self.ops: dict[str, Callable[..., None]] = {
             name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")
         }
-        self.skip_rest: Callable[[], None] | None = None
         self.cache_from = 0  # line number from which lines are remembered again
         self.cache_start = 0  # line number where the line cache was last emptied
         self.cache_limit = _CACHE_PROBE  # entries at which the line cache is reviewed
+        self.last_error_line = -1  # PyTorch's "Last error:" with NCCL's text on the next line
 
     # -- reading ------------------------------------------------------------------------------
 
-    def feed(self, lines: Iterable[str]) -> int:
+    def feed(self, lines: Iterable[str], numbers: Iterable[int] | None = None) -> int:
         """Read every line; returns how many there were.
 
         The hot path is one dict lookup per line: a line seen before (every rank prints the same
         lines, jobs repeat them) replays only the actions that still change something. A line
         seen for the first time with one ``NCCL INFO`` message is handled inline (no call);
-        anything else goes through :meth:`_analyse`.
+        anything else goes through :meth:`_analyse`. ``numbers`` are the lines' numbers when
+        they are not 1, 2, 3, ...
         """
         by_line, facts, by_head, ops = self.by_line, self.facts, self.by_head, self.ops
         get, get_fact, get_proc = by_line.get, facts.get, by_head.get
         analyse, new_fact, new_proc = self._analyse, self._fact, self._proc
-        once, missing, limit = _ONCE, _MISSING, MAX_LINE
+        missing, limit = _MISSING, MAX_LINE
         number = matched = 0
         cache_from, cache_limit = self.cache_from, self.cache_limit
-        for number, line in enumerate(lines, 1):
+        for number, line in zip(count(1) if numbers is None else numbers, lines):  # noqa: B905
             # while the line cache is off (lines did not repeat), do not even hash the line
             actions = get(line) if number >= cache_from else None
             if actions is None:
@@ -209,6 +106,14 @@ class _Parser:
                             and find_marker(line, pos + 10) >= 0)):
                     matched += analyse(line, number)  # ran its actions, remembered the line
                     cache_from, cache_limit = self.cache_from, self.cache_limit
+                    continue
+                if number < cache_from and line.startswith("Chan", pos + 10):
+                    # most lines of a large job, each with its own ranks: read in place (once
+                    # the line cache found that lines do not repeat)
+                    matched += 1
+                    at = line.find("via NET/", pos + 10)
+                    if at >= 0:
+                        self._channel(line, pos, at, number)
                     continue
                 msg = line[pos + 10 :].strip()
                 if "|" in msg or '"' in msg:  # an export's column or quote: rare
@@ -226,7 +131,7 @@ class _Parser:
                     if not proc.first_line:
                         proc.first_line = number
                     op(proc, msg, number, fact)
-                    result = True if fact[0] in once else ((op, proc, msg, fact),)
+                    result = self._replay(op, proc, msg, fact)
                 if number >= cache_from:
                     if len(by_line) >= cache_limit:
                         self._cache_full(number)
@@ -245,21 +150,16 @@ class _Parser:
     def _analyse(self, line: str, number: int) -> Any:
         """What a line not seen before does (the cases :meth:`feed` does not handle inline: no
         marker, a WARN, several messages, an over-long line): runs its actions once and
-        remembers what a repeat of the line must run again. Returns whether it has a marker."""
+        remembers what a repeat of the line must run again. Returns whether it was
+        recognised."""
         cache = True
         if len(line) >= MAX_LINE and line[-1:] != "\n":
-            if self.skip_rest is not None:
-                self.skip_rest()  # the rest of an over-long line is not read (memory bound)
-            line, cache = line[:MAX_LINE], False
+            line, cache = line[:MAX_LINE], False  # _blocks read past the rest of it
         pos = line.find("NCCL ")
         if pos >= 0 and line[pos + 5 : pos + 10] not in _TAGS:
             pos = find_marker(line, pos + 5)
-        result: Any
-        if pos < 0:
-            self._unmarked(line, number)
-            result = False
-        else:
-            result = self._messages(line, pos, number)
+        result: Any = self._unmarked(line, number) if pos < 0 else self._messages(line, pos,
+                                                                                 number)
         if cache and number >= self.cache_from:
             if len(self.by_line) >= self.cache_limit:
                 self._cache_full(number)
@@ -281,6 +181,22 @@ class _Parser:
         self.by_line.clear()
         self.cache_start = max(number, self.cache_from)
 
+    def _replay(self, op: Callable[..., None], proc: Process, msg: str, fact: Fact) -> Any:
+        """What a repeat of a line must run again: nothing for a fact that only sets something
+        the first time, the progress mark for one that marks progress, else the fact."""
+        if fact[0] not in _ONCE:
+            return ((op, proc, msg, fact),)
+        if fact[0] in _PROGRESS:
+            return ((self._op_progress, proc, msg, fact),)
+        return True
+
+    def _run(self, actions: list[tuple[Any, ...]], number: int) -> Any:
+        for op, proc, msg, fact in actions:
+            proc.first_line = proc.first_line or number
+            op(proc, msg, number, fact)
+        replays = tuple(r for a in actions if (r := self._replay(*a)) is not True)
+        return tuple(step for replay in replays for step in replay) or True
+
     def _messages(self, line: str, pos: int, number: int) -> Any:
         """A WARN line, or a line holding several messages: run them, return the repeatable."""
         actions = []
@@ -292,14 +208,91 @@ class _Parser:
             action = self._warn_action(head, msg) if is_warn else self._info_action(head, msg)
             if action is not None:
                 actions.append(action)
-        for op, proc, msg, fact in actions:
-            proc.first_line = proc.first_line or number
-            op(proc, msg, number, fact)
-        # facts that only set something once (first value wins) need not run again
-        return tuple(a for a in actions if a[3][0] not in _ONCE) or True
+        return self._run(actions, number)
+
+    def feed_block(self, lines: list[str], first: int) -> None:
+        """Read a block of lines (without their newlines) numbered from ``first``.
+
+        Channel lines are most lines of a large job, each with its own ranks; one pass in C
+        (``map``, ``compress``, ``zip``, ``Counter``) sets them apart and counts those through a
+        network by process and device, with the number of each process's last and first such
+        line, and every other line goes through :meth:`feed` in order. A block this pass cannot
+        split (an export's columns, two messages in one line, a line cut short) is read line by
+        line.
+        """
+        numbers = range(first, first + len(lines))
+        if first >= self.cache_from:  # lines repeat: the line cache reads them fastest
+            self.feed(lines, numbers)
+            return
+        channel = list(map(contains, lines, repeat(" NCCL INFO Channel ")))
+        if sum(channel) < len(lines) // 4 or not self._splittable(lines, channel):
+            self.feed(lines, numbers)
+            return
+        self.feed(compress(lines, map(not_, channel)), compress(numbers, map(not_, channel)))
+        self.matched += sum(channel)
+        net_flags = list(map(and_, channel, map(contains, lines, repeat("via NET/"))))
+        net = list(compress(lines, net_flags))
+        if not net:
+            return
+        where = list(compress(numbers, net_flags))
+        heads, _, messages = zip(*map(str.partition, net, repeat("NCCL INFO ")), strict=True)
+        latest = dict(zip(heads, where, strict=True))  # a dict keeps the last value of a key
+        earliest = dict(zip(reversed(heads), reversed(where), strict=True))
+        tails = map(itemgetter(2), map(str.partition, messages, repeat("via NET/")))
+        sends = map(contains, messages, repeat("[send]"))
+        for (head, tail, send), times in Counter(zip(heads, tails, sends, strict=True)).items():
+            fact = self._tail_fact("via NET/" + tail)
+            if fact is None:
+                continue
+            proc = self.by_head.get(head) or self._proc(head)
+            proc.first_line = proc.first_line or earliest[head]
+            _, network, index, _, gdr = fact
+            self.channels(proc, (network, index), not send, gdr, times,
+                          max(latest[head], proc.progress_line))
+
+    def _splittable(self, lines: list[str], channel: list[bool]) -> bool:
+        """Whether a block's channel lines can be set apart (see :meth:`feed_block`)."""
+        return not (
+            any(map(contains, lines, repeat(" | "))) or any(map(contains, lines, repeat('"')))
+            or sum(map(str.count, lines, repeat("NCCL INFO "))) != sum(
+                map(contains, lines, repeat("NCCL INFO ")))
+            or any(map(contains, compress(lines, channel), repeat("NCCL WARN ")))
+            or max(map(len, lines)) >= MAX_LINE
+        )
+
+    def _tail_fact(self, tail: str) -> Fact | None:
+        fact = self.channel_tails.get(tail, _MISSING)
+        if fact is _MISSING:
+            fact = channel_fact(tail)
+            if len(self.channel_tails) >= _MAX_CACHED:
+                self.channel_tails.clear()
+            self.channel_tails[tail] = fact
+        return fact  # type: ignore[no-any-return]
+
+    def _channel(self, line: str, pos: int, at: int, number: int) -> None:
+        """A ``Channel ... via NET/...`` line: its fact comes from the text after ``via`` (the
+        same for every rank using that device), cached by it."""
+        fact = self._tail_fact(line[at : at + 120])
+        if fact is None:
+            return
+        _, network, index, _, gdr = fact
+        receive = line.find("[send]", pos, at) < 0
+        head = line[:pos]
+        proc = self.by_head.get(head) or self._proc(head)
+        proc.first_line = proc.first_line or number
+        self._op_channel(proc, "", number, ("channel", network, index, receive, gdr))
 
     def _fact(self, msg: str) -> Fact | None:
-        fact = parse_info(msg)
+        if msg[:4] in _CHANNEL_HEADS:
+            return channel_fact(msg)  # not cached: every rank prints its own
+        fact = info_fact(msg)
+        if fact is NOTHING:
+            fact = None
+        elif fact is None and len(msg) > 8:
+            # an INFO line no rule reads: the catalogue knows whether it reports a failure
+            match = lookup_message(msg, warning=False)
+            if match is not None:
+                fact = ("info_failure", kind_of(msg[:MAX_TEXT], match.cls), match)
         if len(self.facts) >= _MAX_CACHED:
             self.facts.clear()
         self.facts[msg] = fact
@@ -314,10 +307,17 @@ class _Parser:
         return (self.ops[fact[0]], self._proc(head), msg, fact)
 
     def _warn_action(self, head: str, msg: str) -> tuple[Any, ...]:
-        text = msg[:_MAX_TEXT]
-        return (self._op_warn, self._proc(head), msg, ("warn", kind_of(text), source_of(head)))
+        fact = self.warn_facts.get(msg)
+        if fact is None:
+            match = lookup_message(msg)
+            fact = ("warn", kind_of(msg[:MAX_TEXT], match.cls if match else None), None, match)
+            if len(self.warn_facts) >= _MAX_CACHED:
+                self.warn_facts.clear()
+            self.warn_facts[msg] = fact
+        fact = (*fact[:2], source_of(head), fact[3])
+        return (self._op_warn, self._proc(head), msg, fact)
 
-    def _proc(self, head: str) -> _Process:
+    def _proc(self, head: str) -> Process:
         proc = self.by_head.get(head)
         if proc is not None:
             return proc
@@ -326,289 +326,121 @@ class _Parser:
         proc = self.procs.get(key)
         if proc is None:
             device = header[2] if header else None
-            proc = self.procs[key] = _Process(key[0], key[1], device)
+            proc = self.procs[key] = Process(key[0], key[1], device)
         if len(self.by_head) >= _MAX_CACHED:
             self.by_head.clear()
         self.by_head[head] = proc
         return proc
 
-    def _unmarked(self, line: str, number: int) -> None:
-        """A line without a marker: PyTorch's ``NCCL error``, ``NCCL_DEBUG=VERSION`` output,
-        libfabric's own log (``fi_getinfo: provider efa output empty list``)."""
+    def finish(self, lines_read: int) -> NcclLog:
+        """The log, after :meth:`feed` returned ``lines_read``."""
+        return self.result(lines_read, self.matched)
+
+    # -- lines without a marker (:mod:`clusterenv.nccl_log.foreign`) --------------------------
+
+    def _unmarked(self, line: str, number: int) -> Any:
+        """A line without a marker: libfabric's own log, PyTorch's exception and watchdog lines,
+        nccl-tests, libibverbs, banners and WARNs of old formats. Returns the actions to replay
+        for a repeat of the line, or False when it is none of these."""
         if "fi_getinfo" in line and fi_getinfo(line) is not None:
             text = line[line.find("fi_getinfo") :].strip()
             self.notices.add(text, "ofi-no-provider", None, number, None)
-        if "NCCL" not in line:
+        if "NCCL" in line and self.fallback_version is None:
+            # PyTorch's "NCCL error in: ..., NCCL version 2.18.1": the version when no banner
+            version = VERSION.search(line)
+            if version:
+                self.fallback_version = version.group(1)
+        if self.last_error_line == number - 1 and line.strip():
+            found: Foreign | None = recognise_last_error(line)
+        else:
+            found = recognise(line)
+        if found is None:
+            return False
+        proc = self._proc("")
+        if found.what == "warn":
+            return self._run([self._warn_action(found.head, found.text)], number)
+        if found.what == "last-error" and not found.text:
+            return self._run([(self._op_last_error, proc, "", ("last_error",))], number)
+        fact = ("foreign", found)
+        return self._run([(self._op_foreign, proc, found.text, fact)], number)
+
+    def _op_last_error(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        self.last_error_line = number
+
+    def _op_foreign(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        found: Foreign = fact[1]
+        if found.what == "banner":
+            self.banners.append((found.text, number))
             return
-        if TORCH_ERROR.search(line):
-            self.errors.add(line.strip(), "nccl-error", None, number, None)
-        match = VERSION.search(line)
-        if match and self.fallback_version is None:
-            self.fallback_version = match.group(1)
-
-    def _op_warn(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        _, kind, source = fact
-        self.warnings.add(msg, kind, source, number, proc.host)
-        if kind == "plugin" and proc.plugin:
-            proc.plugin.evidence[msg[:_MAX_TEXT]] = None
-
-    # -- facts: one method per fact name of parse_info, each given (process, message, line, fact)
-
-    def _op_bootstrap(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        proc.bootstrap = proc.bootstrap or fact[1]
-
-    def _op_notice(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        self.notices.add(msg, fact[1], None, number, proc.host)
-
-    def _op_socket(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        proc.socket_ifs = proc.socket_ifs or fact[1]
-        proc.inferred = proc.inferred or "Socket"
-
-    def _op_ib_using(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        _, network, devices, oob = fact
-        for index, name, port, link, suffixes in devices:
-            self._device(proc, network, index, name, port, link=link, suffixes=suffixes)
-        proc.oob = proc.oob or oob
-        if proc.inferred in (None, "Socket"):  # NCCL tries RDMA first, sockets when it fails
-            proc.inferred = network
-
-    def _op_ib_device(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        _, network, index, name, port, link, speed = fact
-        self._device(proc, network, index, name, port, link=link, speed=speed)
-
-    def _device(
-        self,
-        proc: _Process,
-        network: str,
-        index: str,
-        name: str,
-        port: str | None,
-        *,
-        link: str | None = None,
-        speed: str | None = None,
-        suffixes: str = "",
-    ) -> None:
-        port_number = int(port) if port is not None else None
-        key = (network, name, port_number)
-        entry = self.devices.get(key)
-        if entry is None:
-            # index, link, speed, hosts, suffixes ("/SHARP"), the processes' indices
-            entry = self.devices[key] = [int(index), link, None, {}, suffixes]
-        if speed is not None:
-            entry[2] = int(speed)
-        if suffixes and not entry[4]:
-            entry[4] = suffixes
-        if proc.host:
-            entry[3][proc.host] = None
-        label = name if port_number is None else f"{name}:{port_number}"
-        label = f"{label}/{link}" if link else label
-        proc.devices[label + (entry[4] or "")] = None
-
-    def _op_gdr_hca(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        _, name, enabled = fact
-        self.gdr_hcas[name] = self.gdr_hcas.get(name, True) and enabled
-
-    def _op_gdr_distance(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        if len(self.distance_disabled) < _MAX_MESSAGES:
-            self.distance_disabled[fact[1]] = None
-
-    def _op_dmabuf(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        self.dmabuf[fact[1]] = None
-
-    def _op_channel(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        _, network, index, receive, gdr = fact
-        proc.channel_net = proc.channel_net or network
-        proc.channel_devices[(network, index)] = None
-        if receive and network != "Socket":  # sockets never use GPUDirect RDMA
-            proc.net_channels += 1
-            proc.gdr_channels += gdr
-
-    def _op_comm(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        _, rank, nranks, nnodes = fact
-        if rank is not None and proc.rank is None:
-            proc.rank, proc.nranks = rank, nranks
-        if nranks is not None:
-            self.nranks = max(self.nranks or 0, nranks)
-        if nnodes is not None:
-            self.nnodes = max(self.nnodes or 0, nnodes)
-
-    def _op_version(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        proc.version = proc.version or fact[1]
-        self.cuda = self.cuda or fact[2]
-
-    def _op_env(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        proc.env.setdefault(fact[1], fact[2])
-
-    def _op_network(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        proc.network = proc.network or fact[1]
-
-    def _op_trace(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        _, source, text = fact
-        self.errors.add(text, "error-trace", source, number, proc.host)
-        if proc.plugin and "net.cc" in source:
-            proc.plugin.evidence[text] = None
-
-    # -- plugins: a process names its plugin by library first, by NCCL's name later ----------
-
-    def _placeholder(self, proc: _Process, name: str) -> _Plugin:
-        if proc.plugin is None:
-            plugin = self.plugins.get(name)
-            if plugin is None:
-                plugin = self.plugins[name] = _Plugin(name, placeholder=True)
-            proc.plugin = plugin
-        return proc.plugin
-
-    def _op_plugin_requested(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        self._placeholder(proc, fact[1]).library = fact[1]
-
-    def _op_plugin_external(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        library = fact[1]
-        plugin = self._placeholder(proc, library or "libnccl-net.so")
-        plugin.library = plugin.library or library or None
-
-    def _op_plugin_loaded(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        name, current = fact[1], proc.plugin
-        plugin = self.plugins.get(name)
-        if plugin is None:
-            if current is not None and current.placeholder:
-                plugin = current
-                plugin.name, plugin.placeholder = name, False
-            else:
-                plugin = _Plugin(name, placeholder=False)
-            self.plugins[name] = plugin
-        elif current is not None and current is not plugin:
-            plugin.library = plugin.library or current.library
-            plugin.evidence.update(current.evidence)
-        proc.plugin = plugin
-
-    def _op_plugin_trouble(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        if proc.plugin:
-            proc.plugin.evidence[msg[:_MAX_TEXT]] = None
-
-    def _op_ofi(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        self._placeholder(proc, "aws-ofi-nccl")
-
-    def _op_ofi_version(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        self._placeholder(proc, "aws-ofi-nccl").version = fact[1]
-
-    def _op_ofi_provider(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        _, provider, nics = fact
-        plugin = self._placeholder(proc, "aws-ofi-nccl")
-        plugin.provider = provider
-        plugin.nics = nics if nics is not None else plugin.nics
-
-    def _op_ofi_group(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        self._placeholder(proc, "aws-ofi-nccl")
-        self._device(proc, "OFI", fact[1], fact[2], None)
-
-    def _op_ofi_trouble(self, proc: _Process, msg: str, number: int, fact: Fact) -> None:
-        self._placeholder(proc, "aws-ofi-nccl").evidence[msg[:_MAX_TEXT]] = None
-        self.notices.add(msg, "plugin", None, number, proc.host)
-
-    # -- the result ---------------------------------------------------------------------------
-
-    def finish(self, lines_read: int) -> NcclLog:
-        procs = [p for p in self.procs.values() if p.has_facts()]
-        ranks = sorted(
-            (_rank(p) for p in procs),
-            key=lambda r: (r.rank is None, r.rank or 0, r.host or "", r.pid or 0),
-        )
-        counts = Counter(p.version for p in procs if p.version)
-        versions = tuple(v for v, _ in counts.most_common())
-        if not versions and self.fallback_version:
-            versions = (self.fallback_version,)
-        env: dict[str, str] = {}
-        for rank in ranks:
-            for name, value in rank.env.items():
-                env.setdefault(name, value)
-        plugins = dict.fromkeys(p.plugin for p in procs if p.plugin is not None)
-        return NcclLog(
-            version=versions[0] if versions else None,
-            cuda_version=self.cuda,
-            versions=versions,
-            ranks=tuple(ranks),
-            transports=tuple(dict.fromkeys(r.transport for r in ranks if r.transport)),
-            devices=tuple(
-                NetDevice(network, index, name, port, link, speed, tuple(hosts),
-                          tuple(suffixes.split("/")[1:]))
-                for (network, name, port), (index, link, speed, hosts, suffixes)
-                in self.devices.items()
-            ),
-            gpudirect=GpuDirect(
-                hcas=dict(self.gdr_hcas),
-                dmabuf_gpus=tuple(sorted(self.dmabuf)),
-                net_channels=sum(r.net_channels for r in ranks),
-                gdr_channels=sum(r.gdr_channels for r in ranks),
-                distance_disabled=tuple(self.distance_disabled),
-            ),
-            plugins=tuple(_plugin(p, ranks) for p in plugins if p is not None),
-            env=env,
-            nranks=self.nranks,
-            nnodes=self.nnodes,
-            warnings=self.warnings.freeze(),
-            errors=self.errors.freeze(),
-            notices=self.notices.freeze(),
-            lines_read=lines_read,
-            lines_matched=self.matched,
-        )
+        kind = found.kind or "other"
+        if found.what == "last-error" and found.match is None:
+            kind = kind if kind != "other" else "last-error"
+        self.errors.add(found.text, kind, None, number, None, found.match)
 
 
-def _rank(proc: _Process) -> RankInfo:
-    bootstrap = proc.bootstrap
-    return RankInfo(
-        host=proc.host,
-        pid=proc.pid,
-        cuda_device=proc.cuda_device,
-        rank=proc.rank,
-        nranks=proc.nranks,
-        version=proc.version,
-        bootstrap_interface=bootstrap.interface if bootstrap else None,
-        bootstrap_address=bootstrap.address if bootstrap else None,
-        socket_interfaces=proc.socket_ifs,
-        oob=proc.oob,
-        transport=proc.network or proc.channel_net or proc.inferred,
-        devices=tuple(proc.devices),
-        plugin=proc.plugin.name if proc.plugin else None,
-        net_channels=proc.net_channels,
-        gdr_channels=proc.gdr_channels,
-        channel_devices=tuple(sorted(proc.channel_devices)),
-        env=dict(proc.env),
-        first_line=proc.first_line,
-    )
-
-
-def _plugin(plugin: _Plugin, ranks: list[RankInfo]) -> NetPlugin:
-    users = [r for r in ranks if r.plugin == plugin.name]
-    return NetPlugin(
-        name=plugin.name,
-        library=plugin.library,
-        version=plugin.version,
-        provider=plugin.provider,
-        nics=plugin.nics,
-        used=any(r.transport and r.transport not in INTERNAL_NETWORKS for r in users),
-        failed=any(r.transport in INTERNAL_NETWORKS for r in users),
-        evidence=tuple(plugin.evidence)[:20],
-    )
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The cycle collector off while a log is read: the parser makes millions of small objects
+    and no cycles, and the collector's passes over them grow with the log (a fifth of the time
+    on a log of thousands of processes). Its state is restored after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def parse_lines(lines: Iterable[str]) -> NcclLog:
     """Parse log lines (see :func:`clusterenv.nccl_log.parse_nccl_log`)."""
-    parser = _Parser()
-    return parser.finish(parser.feed(lines))
+    with _no_cycle_collection():
+        parser = _Parser()
+        return parser.finish(parser.feed(lines))
+
+
+#: Characters read at a time from a file; the lines in them are a block.
+_BLOCK = 1 << 20
+
+
+def _blocks(stream: IO[str]) -> Iterator[list[str]]:
+    """The lines of ``stream``, without their newlines, in blocks of about :data:`_BLOCK`
+    characters; a line longer than :data:`MAX_LINE` is cut there and the rest of it is read
+    past, never kept (a file without newlines costs bounded memory)."""
+    carry = ""
+    skipping = False  # inside a line already cut
+    while True:
+        chunk = stream.read(_BLOCK)
+        if not chunk:
+            if carry:
+                yield [carry]
+            return
+        end = chunk.rfind("\n")
+        if end < 0:  # no line ends here
+            if not skipping:
+                carry += chunk
+                if len(carry) >= MAX_LINE:
+                    yield [carry[:MAX_LINE]]
+                    carry, skipping = "", True
+            continue
+        lines = (carry + chunk[:end]).split("\n")
+        if skipping:
+            lines = lines[1:]  # the rest of the line that was cut
+            skipping = False
+        carry = chunk[end + 1 :]
+        if lines:
+            yield lines
 
 
 def parse_stream(stream: Any) -> NcclLog:
-    """Parse an open text file, reading at most :data:`MAX_LINE` characters of any line."""
-    readline = getattr(stream, "readline", None)
-    if readline is None:
+    """Parse an open text file, block by block, reading at most :data:`MAX_LINE` characters
+    of any line (the rest of a longer line is read past, never kept)."""
+    if not hasattr(stream, "read"):
         return parse_lines(stream)
-    parser = _Parser()
-
-    def skip_rest() -> None:
-        while True:
-            piece = readline(MAX_LINE)
-            if not piece or piece.endswith("\n"):
-                return
-
-    parser.skip_rest = skip_rest
-    return parser.finish(parser.feed(iter(partial(readline, MAX_LINE), "")))
+    with _no_cycle_collection():
+        parser = _Parser()
+        read = 0
+        for block in _blocks(stream):
+            parser.feed_block(block, read + 1)
+            read += len(block)
+        return parser.finish(read)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from clusterenv._values import parse_ip
-from clusterenv.findings import Finding, Severity
+from clusterenv.findings import Code, Finding, Severity
+from clusterenv.preflight.digest import compare_key
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.verdict import NodeRef, Problem, RingHop
 
-__all__ = ["compare", "ranks_text"]
+__all__ = ["compare", "missing_spans", "ranks_text", "spans_text"]
 
 # Variables that only change logging: a difference is worth a warning, not a failed preflight.
 _LOGGING_ONLY = frozenset(
@@ -40,21 +41,39 @@ def ranks_text(ranks: Iterable[int | None], limit: int = 24) -> str:
     """Ranks as compact text, e.g. ``"rank 2"``, ``"ranks 0-3, 7"``; long lists end in ``…``."""
     given = list(ranks)
     known = sorted({r for r in given if r is not None})
-    spans: list[str] = []
-    index = 0
-    while index < len(known):
-        end = index
-        while end + 1 < len(known) and known[end + 1] == known[end] + 1:
-            end += 1
-        first, last = known[index], known[end]
-        spans.append(str(first) if first == last else f"{first}-{last}")
-        index = end + 1
-    if any(r is None for r in given):
-        spans.append("?")
-    if len(spans) > limit:
-        spans = [*spans[:limit], "…"]
-    word = "rank" if len(known) == 1 and len(spans) == 1 else "ranks"
-    return f"{word} {', '.join(spans)}" if spans else "no ranks"
+    spans: list[tuple[int, int]] = []
+    for rank in known:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], rank)
+        else:
+            spans.append((rank, rank))
+    return spans_text(spans, unknown=any(r is None for r in given), limit=limit)
+
+
+def spans_text(spans: Sequence[tuple[int, int]], *, unknown: bool = False, limit: int = 24) -> str:
+    """Ranges of ranks as text, e.g. ``[(0, 3), (7, 7)]`` -> ``"ranks 0-3, 7"``."""
+    words = [str(first) if first == last else f"{first}-{last}" for first, last in spans]
+    if unknown:
+        words.append("?")
+    if len(words) > limit:
+        words = [*words[:limit], "…"]
+    one = len(spans) == 1 and spans[0][0] == spans[0][1] and not unknown
+    return f"{'rank' if one else 'ranks'} {', '.join(words)}" if words else "no ranks"
+
+
+def missing_spans(reported: Iterable[int], expected: int) -> list[tuple[int, int]]:
+    """The ranges of ``0..expected-1`` that no reported rank covers, computed from the reported
+    ranks alone (never by listing every expected rank: ``NUM_NODES`` may be large), e.g.
+    ``missing_spans([0, 1, 5], 8)`` -> ``[(2, 4), (6, 7)]``."""
+    gaps = []
+    following = 0
+    for rank in sorted({r for r in reported if 0 <= r < expected}):
+        if rank > following:
+            gaps.append((following, rank - 1))
+        following = rank + 1
+    if following < expected:
+        gaps.append((following, expected - 1))
+    return gaps
 
 
 def _names(refs: Sequence[NodeRef], limit: int = 6) -> str:
@@ -90,7 +109,7 @@ def _differ(
     key: Callable[[Fingerprint], K],
     *,
     what: str,
-    code: str,
+    code: Code,
     fix: str,
     severity: Severity | None = None,
     show: Callable[[K], str] = _show,
@@ -120,23 +139,33 @@ def _differ(
     ]
     if more is not None:
         evidence += more(groups)[:_MAX_EVIDENCE]
-    return Problem.of(code, title, tuple(odd), tuple(evidence), fix, severity=severity)
+    return Problem.about(code, title, tuple(odd), tuple(evidence), fix, severity=severity)
 
 
 def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> list[Problem]:
     out = []
     unknown = [e.ref for e in entries if e.fp.rank is None]
     if unknown:
-        out.append(Problem.of(
+        out.append(Problem.about(
             "preflight-rank-unknown", f"{_names(unknown)} sent no valid NODE_RANK",
             tuple(unknown), (), "export NODE_RANK (0 on the primary, 1..NUM_NODES-1 elsewhere)",
         ))
     outside = [e.ref for e in entries if e.fp.rank is not None and not 0 <= e.fp.rank < expected]
+    gaps = missing_spans((e.fp.rank for e in entries if e.fp.rank is not None), expected)
     if outside:
-        out.append(Problem.of(
-            "preflight-rank-out-of-range",
-            f"NODE_RANK outside [0, NUM_NODES={expected}) on {_names(outside)}",
-            tuple(outside), (), f"give each node a distinct NODE_RANK from 0 to {expected - 1}",
+        extra = len(entries) - expected
+        title = (f"{len(entries)} nodes reported, {extra} more than NUM_NODES={expected}: "
+                 f"{_names(outside)} {'has' if len(outside) == 1 else 'have'} NODE_RANK outside "
+                 f"[0, {expected})" if extra > 0 else
+                 f"NODE_RANK outside [0, NUM_NODES={expected}) on {_names(outside)}")
+        evidence = (f"the ranks have gaps: {spans_text(gaps)} missing while "
+                    f"{ranks_text(r.rank for r in outside)} reported: nodes added to or "
+                    "replaced in a running cluster got new ranks",) if gaps else ()
+        out.append(Problem.about(
+            "preflight-rank-out-of-range", title, tuple(outside), evidence,
+            f"give each node a distinct NODE_RANK from 0 to {expected - 1}, and NUM_NODES the "
+            "number of nodes in the cluster as it is now (recreate the cluster's pods, or set "
+            "both on every node)",
         ))
     by_rank: dict[int, list[NodeRef]] = {}
     for e in entries:
@@ -144,20 +173,21 @@ def _rank_problems(entries: Sequence[_Entry], expected: int, waited: float) -> l
             by_rank.setdefault(e.fp.rank, []).append(e.ref)
     for rank, refs in sorted(by_rank.items()):
         if len(refs) > 1:
-            out.append(Problem.of(
+            out.append(Problem.about(
                 "preflight-rank-duplicate",
                 f"NODE_RANK={rank} is used by {len(refs)} nodes: {_names(refs)}",
                 tuple(refs), tuple(f"{r}: hostname {r.hostname or '?'}" for r in refs[:8]),
                 "give each node a distinct NODE_RANK: two nodes with one rank hang the "
                 "rendezvous or fail with 'Duplicate GPU detected'",
             ))
-    missing = [r for r in range(expected) if r not in by_rank]
+    missing = sum(last - first + 1 for first, last in gaps)
     if missing:
-        out.append(Problem.of(
+        named = [r for first, last in gaps[:64] for r in range(first, min(last, first + 63) + 1)]
+        out.append(Problem.about(
             "preflight-rank-missing",
-            f"{len(missing)} of {expected} nodes did not report within {waited:.1f} s: "
-            f"{ranks_text(missing)}",
-            tuple(NodeRef(r) for r in missing[:64]),
+            f"{missing} of {expected} nodes did not report within {waited:.1f} s: "
+            f"{spans_text(gaps)}",
+            tuple(NodeRef(r) for r in named[:64]),
             (f"reported: {ranks_text(by_rank)}",),
             "run `clusterenv preflight` on every node at the same time; on a missing node, its "
             "own output says whether it reached the primary",
@@ -182,13 +212,29 @@ def _contract_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 
 def _env_problems(entries: Sequence[_Entry]) -> list[Problem]:
-    names = sorted({name for e in entries for name in e.fp.env} - _PER_NODE)
+    # Names and values are compared by compare_key: a long value sent as a prefix and a digest
+    # (a fingerprint fitted to the message limit) agrees with the same value sent in full.
+    keyed: dict[int, dict[str, str]] = {}
+    names: dict[str, str] = {}  # key -> the name as the first node sent it
+    shown: dict[str, str] = {}  # key -> the value as the first node sent it
+    known: dict[str, str] = {}  # most nodes hold the same values: each is keyed once
+    for e in entries:
+        values = keyed[id(e.fp)] = {}
+        for name, value in e.fp.env.items():
+            name_key = known.get(name) or known.setdefault(name, compare_key(name))
+            value_key = known.get(value) or known.setdefault(value, compare_key(value))
+            names.setdefault(name_key, name)
+            shown.setdefault(value_key, value)
+            values[name_key] = value_key
     out = []
-    for name in names:
+    for name_key, name in sorted(names.items(), key=lambda kv: kv[1]):
+        if name in _PER_NODE:
+            continue
         problem = _differ(
-            entries, lambda fp, n=name: fp.env.get(n),  # type: ignore[misc]
+            entries, lambda fp, n=name_key: keyed[id(fp)].get(n),  # type: ignore[misc]
             what=name, code="preflight-env-differs",
             severity="warning" if name in _LOGGING_ONLY else "error",
+            show=lambda key: _show(None if key is None else shown[key]),
             fix=f"set {name} to the same value on every node (in the image or the launcher's "
             "environment, not by hand in one shell), or unset it everywhere",
         )
@@ -197,9 +243,23 @@ def _env_problems(entries: Sequence[_Entry]) -> list[Problem]:
     return out
 
 
+def _trimmed_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    trimmed = [e for e in entries if e.fp.trimmed]
+    if not trimmed:
+        return []
+    refs = [e.ref for e in trimmed]
+    return [Problem.about(
+        "preflight-fingerprint-trimmed",
+        f"{_names(refs)}: fingerprint fitted to the message limit", tuple(refs),
+        tuple(f"{e.ref}: {note}" for e in trimmed[:_MAX_EVIDENCE] for note in e.fp.trimmed[:1]),
+        "nothing to do: long values are compared by their digest; shorten them to read them "
+        "in the verdict",
+    )]
+
+
 def _network_problems(entries: Sequence[_Entry]) -> list[Problem]:
     out = [
-        Problem.of(
+        Problem.about(
             "preflight-no-cluster-interface", f"{e.ref} has no cluster interface",
             (e.ref,), (e.fp.interface_reason,) if e.fp.interface_reason else (),
             "give the node an address on the cluster network (NODE_ADDR) and run "
@@ -275,14 +335,14 @@ def _gpu_problems(entries: Sequence[_Entry]) -> list[Problem]:
     for e in entries:
         trainers = e.fp.num_trainers
         if e.fp.gpus is None:
-            out.append(Problem.of(
+            out.append(Problem.about(
                 "preflight-gpu-count",
                 f"{e.ref} shows no NVIDIA driver while other nodes have GPUs", (e.ref,), (),
                 "check the node's driver, and that the container was given the GPUs",
             ))
         elif trainers is not None and e.fp.gpus < trainers:
             visible = e.fp.env.get("CUDA_VISIBLE_DEVICES")
-            out.append(Problem.of(
+            out.append(Problem.about(
                 "preflight-gpu-count",
                 f"{e.ref} sees {e.fp.gpus} GPUs but NUM_TRAINERS={trainers}", (e.ref,),
                 (f"CUDA_VISIBLE_DEVICES={_show(visible)}",),
@@ -293,29 +353,34 @@ def _gpu_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 
 def _local_problems(entries: Sequence[_Entry]) -> list[Problem]:
-    by_code: dict[str, list[tuple[_Entry, Finding]]] = {}
+    # Grouped by code and fix: a fix names this node's own values (its interface, its
+    # address), so nodes are grouped only where the same fix applies to each of them.
+    by_fix: dict[tuple[str, str], list[tuple[_Entry, Finding]]] = {}
     for e in entries:
         for finding in e.fp.local_errors:
-            by_code.setdefault(finding.code, []).append((e, finding))
+            by_fix.setdefault((finding.code, finding.fix), []).append((e, finding))
     out = []
-    for code, items in sorted(by_code.items()):
-        refs = [e.ref for e, _ in items]
+    for (code, fix), items in sorted(by_fix.items()):
+        refs = list(dict.fromkeys(e.ref for e, _ in items))  # each node once
         first = items[0][1]
         # Each node's own wording, when the nodes do not all say the same thing.
         distinct = len({f.title for _, f in items}) > 1
         titles = list(dict.fromkeys(f"{e.ref}: {f.title}" for e, f in items)) if distinct else []
-        out.append(Problem.of(
+        out.append(Problem.about(
             "preflight-node-errors",
             f"local check {code} fails on {_names(refs)}: {first.title}",
             tuple(refs), tuple(titles[:_MAX_EVIDENCE]),
-            first.fix or f"run `clusterenv doctor` on {refs[0]}",
+            fix or f"run `clusterenv doctor` on {refs[0]}",
         ))
     return out
 
 
 def _version_problems(entries: Sequence[_Entry]) -> list[Problem]:
     out = []
-    for name in ("torch", "nccl", "clusterenv"):
+    # Where every node's NCCL answered for itself, its own version is compared instead of the
+    # installed package's (_runtime_problems): LD_LIBRARY_PATH may load another one.
+    asked = all(e.fp.runtime.version for e in entries)
+    for name in ("torch", "clusterenv") if asked else ("torch", "nccl", "clusterenv"):
         def version(fp: Fingerprint, name: str = name) -> str | None:
             return (fp.clusterenv or None) if name == "clusterenv" else fp.versions.get(name)
 
@@ -330,6 +395,89 @@ def _version_problems(entries: Sequence[_Entry]) -> list[Problem]:
     return out
 
 
+def _libraries(groups: Groups[Any]) -> list[str]:
+    return [f"{e.ref}: {e.fp.runtime.library} ({e.fp.runtime.library_source})"
+            for _, members in groups for e in members[:2] if e.fp.runtime.library]
+
+
+def _plugins(groups: Groups[Any]) -> list[str]:
+    return [f"{e.ref}: {e.fp.runtime.net_plugin or 'none'}; {e.fp.runtime.net_plugin_note}"
+            for _, members in groups for e in members[:2]]
+
+
+def _plugin_key(fp: Fingerprint) -> tuple[str, str] | None:
+    runtime = fp.runtime
+    if runtime.net_plugin is None:
+        return None
+    return runtime.net_plugin.rsplit("/", 1)[-1], runtime.net_plugin_interface or "?"
+
+
+def _show_plugin(key: tuple[str, str] | None) -> str:
+    return "none (NCCL's own IB and socket transports)" if key is None else \
+        f"{key[0]} ({key[1]})"
+
+
+def _runtime_problems(entries: Sequence[_Entry]) -> list[Problem]:
+    """What NCCL will load and use (:class:`~clusterenv.preflight.runtime.NcclRuntime`),
+    each with the severity of its consequence."""
+    found: list[Problem | None] = []
+    asked = [e for e in entries if e.fp.runtime.library or e.fp.runtime.version]
+    if asked:
+        found.append(_differ(
+            entries, lambda fp: fp.runtime.version, what="NCCL library loaded",
+            code="preflight-nccl-library-differs", more=_libraries,
+            show=lambda v: repr(v) if v else "no libnccl.so.2 found",
+            fix="make every node load the same libnccl.so.2 (one image; the same "
+            "LD_LIBRARY_PATH and CLUSTERENV_NCCL_LIBRARY everywhere): NCCL 2.24 and later "
+            "refuse ranks of another version ('Mismatched NCCL version detected'), older ones "
+            "may hang",
+        ))
+        found.append(_differ(
+            asked, _plugin_key, what="NCCL network plugin", show=_show_plugin,
+            code="preflight-net-plugin-differs", more=_plugins,
+            fix="install the same network plugin on every node, or none (take it off "
+            "LD_LIBRARY_PATH or the loader's directories, or set NCCL_NET_PLUGIN to the same "
+            "value everywhere): ranks on different network implementations hang at init",
+        ))
+    rdma = [e for e in entries if e.fp.rdma.devices or e.fp.runtime.hcas]
+    if rdma:
+        counts = {len(e.fp.runtime.hcas) for e in rdma}
+        found.append(_differ(
+            rdma, lambda fp: len(fp.runtime.hcas), what="RDMA ports NCCL selects",
+            code="preflight-hca-selection-differs",
+            severity="error" if 0 in counts and len(counts) > 1 else "warning",
+            more=lambda groups: [f"{e.ref}: {', '.join(e.fp.runtime.hcas) or 'none'}"
+                                 for _, members in groups[1:] for e in members[:4]],
+            fix="make the same RDMA ports ACTIVE and openable in every container "
+            "(/dev/infiniband) and list the same ones in NCCL_IB_HCA: a node that selects "
+            "none falls back to sockets while the others use IB, and NCCL hangs",
+        ))
+    checks: tuple[tuple[str, Callable[[Fingerprint], Any], Code, str, Severity], ...] = (
+        ("GPU model", lambda fp: fp.runtime.gpu_models or None, "preflight-gpu-model-differs",
+         "use one GPU model in a job: the slowest GPU paces every collective", "warning"),
+        ("NVIDIA driver version", lambda fp: fp.runtime.driver, "preflight-driver-differs",
+         "install the same driver on every node (one machine image)", "warning"),
+        ("/dev/shm size", lambda fp: fp.runtime.shm_bytes,  # noqa: S108  # a name
+         "preflight-host-limits-differ",
+         "give every container the same /dev/shm (docker --shm-size, a Kubernetes "
+         "emptyDir with medium Memory)", "warning"),
+        ("memlock limit", lambda fp: fp.runtime.memlock, "preflight-host-limits-differ",
+         "set the same memlock limit everywhere (ulimit -l unlimited, docker "
+         "--ulimit memlock=-1)", "warning"),
+        ("RUNPOD_DC_ID (data centre)", lambda fp: fp.runtime.datacenter,
+         "preflight-datacenter-differs", "create the cluster's pods in one data centre: the "
+         "cluster network does not reach between data centres", "error"),
+    )
+    for what, key, code, fix, severity in checks:
+        present = [e for e in entries if key(e.fp) is not None]
+        if present:
+            found.append(_differ(present if code != "preflight-datacenter-differs" else entries,
+                                 key, what=what, code=code, fix=fix, severity=severity,
+                                 show=lambda v: "<unset>" if v is None else ", ".join(v)
+                                 if isinstance(v, tuple) else repr(v)))
+    return [p for p in found if p is not None]
+
+
 def _token_problems(entries: Sequence[_Entry]) -> list[Problem]:
     problem = _differ(
         entries, lambda fp: fp.token, what="CLUSTERENV_PREFLIGHT_TOKEN",
@@ -340,6 +488,8 @@ def _token_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 
 def _same_address(claimed: str, seen: str) -> bool:
+    if claimed == seen:
+        return True
     # IPv4-mapped IPv6 is the IPv4 address; a zone does not matter here
     a, b = parse_ip(claimed), parse_ip(seen)
     return a == b if a is not None and b is not None else claimed == seen
@@ -350,7 +500,7 @@ def _address_problems(entries: Sequence[_Entry]) -> list[Problem]:
     for e in entries[1:]:  # the primary's own entry is where it listens
         claimed, seen = e.fp.node_addr, e.ref.addr
         if claimed and seen and not _same_address(claimed, seen):
-            out.append(Problem.of(
+            out.append(Problem.about(
                 "preflight-addr-mismatch",
                 f"{e.ref} says NODE_ADDR={claimed} but connected from {seen}", (e.ref,), (),
                 "check NODE_ADDR on that node, and that its traffic to the primary leaves "
@@ -361,7 +511,7 @@ def _address_problems(entries: Sequence[_Entry]) -> list[Problem]:
 
 def _ring_problems(ring: Sequence[RingHop]) -> list[Problem]:
     return [
-        Problem.of(
+        Problem.about(
             "preflight-ring-unreachable",
             f"{hop.source} cannot open a TCP connection to {hop.target}: {hop.detail}",
             (hop.source, hop.target), (),
@@ -378,7 +528,7 @@ def _rejected_problem(rejected: Sequence[str], total: int) -> list[Problem]:
     peers = tuple(
         NodeRef(None, r.removeprefix("rejected peer ").split(": ", 1)[0]) for r in rejected
     )
-    return [Problem.of(
+    return [Problem.about(
         "preflight-rejected-peers",
         f"refused {_plural(total, 'connection')} that did not send a valid fingerprint",
         peers, tuple(rejected),
@@ -416,9 +566,11 @@ def compare(
         problems += _rdma_problems(items)
         problems += _gpu_problems(items)
         problems += _version_problems(items)
+        problems += _runtime_problems(items)
         problems += _token_problems(items)
         problems += _local_problems(items)
         problems += _address_problems(items)
+        problems += _trimmed_problems(items)
     problems += _ring_problems(ring)
     problems += _rejected_problem(rejected, rejected_total)
     return sorted(problems, key=lambda p: _SEVERITY_ORDER[p.severity])  # stable within severity

@@ -22,6 +22,8 @@ from clusterenv._scrub import is_secret_name as _is_secret_name
 from clusterenv._scrub import scrub_value
 from clusterenv._text import clip
 from clusterenv.findings import Finding
+from clusterenv.preflight.digest import digest_form
+from clusterenv.preflight.runtime import NcclRuntime, collect_runtime
 from clusterenv.preflight.wire import WireError
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ __all__ = [
     "FINGERPRINT_SCHEMA",
     "TOKEN_VARIABLE",
     "Fingerprint",
+    "NcclRuntime",
     "RdmaSummary",
     "collect_fingerprint",
     "compared_environment",
@@ -40,7 +43,7 @@ __all__ = [
 ]
 
 #: Version of the fingerprint's JSON layout; a node with another schema is refused by name.
-FINGERPRINT_SCHEMA = 1
+FINGERPRINT_SCHEMA = 2
 #: The shared secret that authenticates fingerprints and verdicts when set on every node.
 TOKEN_VARIABLE = "CLUSTERENV_PREFLIGHT_TOKEN"  # noqa: S105  # a variable name, not a secret
 #: Variables compared across nodes: everything with these prefixes …
@@ -64,12 +67,13 @@ def is_secret_name(name: str) -> bool:
 
 def compared_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables a fingerprint carries, sorted, secrets left out and URL credentials
-    replaced (``https://***@host/…``).
+    replaced (``https://***@host/…``). A name or value too long for a fingerprint is sent as
+    a prefix and a digest (:mod:`clusterenv.preflight.digest`), compared by the digest.
 
     Example: ``{"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_SOCKET_IFNAME": "ens1"}``.
     """
     chosen = {
-        name: scrub_value(value)[:_MAX_VALUE]
+        digest_form(name, _MAX_TEXT // 2): digest_form(scrub_value(value), _MAX_VALUE)
         for name, value in environ.items()
         if (name.startswith(ENV_PREFIXES) or name in ENV_EXACT) and not is_secret_name(name)
     }
@@ -127,6 +131,12 @@ class Fingerprint:
         versions: e.g. ``{"torch": "2.4.1", "nccl": "2.21.5", "python": "3.11.9"}``.
         token: Whether ``CLUSTERENV_PREFLIGHT_TOKEN`` is set here (never its value).
         clusterenv: The clusterenv version, e.g. ``"0.1.0"``.
+        runtime: What NCCL will load and use here (:class:`NcclRuntime`): the library and its
+            own version, the network plugin, the RDMA ports NCCL selects, GPU models, driver,
+            ``/dev/shm``, memlock, ``RUNPOD_DC_ID``.
+        trimmed: What was left out or shortened to fit the message limit, e.g. ``("fitted to
+            the 65024-byte message limit (81913 bytes): 20 values sent as a prefix and a
+            digest (compared by the digest)",)``; empty when nothing was.
     """
 
     rank: int | None
@@ -147,6 +157,8 @@ class Fingerprint:
     versions: Mapping[str, str] = field(default_factory=dict)
     token: bool = False
     clusterenv: str = ""
+    runtime: NcclRuntime = field(default_factory=NcclRuntime)
+    trimmed: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object sent on the wire, with ``schema``."""
@@ -196,6 +208,8 @@ class Fingerprint:
             versions=_strmap(data, "versions", 16, _MAX_TEXT),
             token=_bool(data, "token"),
             clusterenv=_text(data, "clusterenv") or "",
+            runtime=NcclRuntime.from_wire(data.get("runtime")),
+            trimmed=_texts(data, "trimmed")[:4],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -384,20 +398,22 @@ def _gpu_count(facts: Facts) -> int | None:
     return host.gpus
 
 
-def _effective_environment(facts: Facts) -> dict[str, str]:
-    """The compared variables, with ``NCCL_*`` settings from NCCL's config files where the
+def _nccl_environment(facts: Facts) -> dict[str, str]:
+    """The environment NCCL sees: ``NCCL_*`` settings from its config files where the
     environment does not set them (NCCL reads those files too)."""
     merged = dict(facts.environ)
     for name, (value, _) in facts.nccl_conf.items():
         merged.setdefault(name, value)
-    return compared_environment(merged)
+    return merged
 
 
 def _collect(environ: Mapping[str, str], root: Root) -> tuple[Fingerprint, Facts]:
     from clusterenv import __version__  # noqa: PLC0415
     from clusterenv.diagnosis import diagnose_with_plan  # noqa: PLC0415  # the check catalogue
 
-    diagnosis = diagnose_with_plan(environ=environ, root=root, ask_nccl=False)
+    # On the live host NCCL itself is asked (one short subprocess): its own version, and the
+    # library the loader finds, which the runtime summary compares across nodes.
+    diagnosis = diagnose_with_plan(environ=environ, root=root, ask_nccl=root.is_live)
     findings, facts = list(diagnosis.findings), diagnosis.facts
     errors = [f for f in findings if f.severity == "error"][:_MAX_ITEMS]
     config = facts.config
@@ -432,7 +448,7 @@ def _collect(environ: Mapping[str, str], root: Root) -> tuple[Fingerprint, Facts
         mtu=interface.mtu if interface is not None else None,
         rdma=_rdma_summary(facts),
         gpus=_gpu_count(facts),
-        env=_effective_environment(facts),
+        env=compared_environment(_nccl_environment(facts)),
         local_errors=tuple(
             Finding(f.code, "error", f.title[:_MAX_VALUE], f.evidence[:8], f.fix[:_MAX_VALUE])
             for f in errors
@@ -440,6 +456,7 @@ def _collect(environ: Mapping[str, str], root: Root) -> tuple[Fingerprint, Facts
         versions=_versions(facts),
         token=bool(environ.get(TOKEN_VARIABLE)),
         clusterenv=__version__,
+        runtime=collect_runtime(facts, diagnosis.bootstrap, _nccl_environment(facts)),
     )
     return fingerprint, facts
 

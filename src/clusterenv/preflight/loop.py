@@ -5,6 +5,14 @@ accepted, a frame reader with a payload limit, and a write queue flushed without
 that breaks a rule is sent a ``REJECT`` with the reason (best effort), closed, and recorded as
 ``rejected peer ADDR:PORT: reason``; nothing a peer does stops the loop.
 
+Bookkeeping is constant time per event, however many connections are open: deadlines sit in a
+heap (a changed deadline is pushed again, the stale entry skipped when it surfaces), and the
+pending connections in two arrival-ordered tables (those that sent nothing, those that sent
+part of a message), so that the count, the eviction and the expiry never scan every
+connection. A deadline measures the peer, not the primary: it starts when the primary greets
+(or accepts), and a connection whose deadline passed while the primary was busy has what it
+already sent read before it is judged.
+
 Budgets count only work, never attempts. A connection that has not yet delivered a well-formed
 message is *pending*: pending connections have their own cap (``max_pending``) and the short
 ``peer_timeout``. When a new connection arrives at the cap, the pending connection that has been
@@ -13,8 +21,8 @@ at most its own round trip, never lock it out (an honest node sends its message 
 greeted, and one that is closed anyway reconnects). The run's total (``max_total``) counts
 well-formed messages only, so connect/close bursts cannot exhaust it.
 
-Subclasses speak the protocol through four hooks: :meth:`ConnectionLoop._greet` (a connection
-was accepted), :meth:`~ConnectionLoop._on_frame` (a complete frame arrived),
+Subclasses speak the protocol through hooks: :meth:`~ConnectionLoop._on_frame` (a complete
+frame arrived),
 :meth:`~ConnectionLoop._on_peer_closed` and :meth:`~ConnectionLoop._on_timeout` (for states
 other than the first message and the final flush).
 """
@@ -22,6 +30,9 @@ other than the first message and the final flush).
 from __future__ import annotations
 
 import contextlib
+import errno
+import heapq
+import itertools
 import selectors
 import socket
 import time
@@ -42,12 +53,20 @@ from clusterenv.preflight.wire import (
     new_nonce,
 )
 
-__all__ = ["Conn", "ConnectionLoop", "host_of", "peer_text"]
+__all__ = ["PENDING", "Conn", "ConnectionLoop", "host_of", "peer_text"]
 
 _RECV_BYTES = 65536
 _REJECT_FLUSH_S = 1.0
+# Seconds the listener rests when the process is out of file descriptors (EMFILE): a closing
+# connection frees one; meanwhile the kernel queues new connections.
+_FD_PAUSE_S = 0.05
+# Connection events handled between two looks at the listener's accept queue.
+_ACCEPT_EVERY = 64
 # Characters of a refusal reason kept in the verdict (a reason may quote what the peer sent).
 _MAX_REASON = 240
+#: States of a connection that has not yet delivered its first piece of work: ``"hello"``
+#: (nothing yet) and ``"open"`` (greeted, its message still to come).
+PENDING = frozenset({"hello", "open"})
 
 
 @dataclass(eq=False)
@@ -55,7 +74,8 @@ class Conn:
     """One accepted connection and what the protocol learned from it.
 
     ``state`` is ``"hello"`` until the first message arrives and ``"closing"`` while the last
-    reply is flushed; the protocol uses others in between (``"waiting"``, ``"ring"``).
+    reply is flushed; the protocol uses others in between (``"open"``, ``"waiting"``,
+    ``"ring"``). Connections in a :data:`PENDING` state have the short ``peer_timeout``.
     """
 
     sock: socket.socket
@@ -76,6 +96,8 @@ class Conn:
 def peer_text(address: Any) -> str:
     """``"10.65.0.3:41000"`` for a socket address; IPv6 in brackets, IPv4-mapped unwrapped."""
     host, port = str(address[0]), address[1]
+    if ":" not in host:  # an IPv4 address as the kernel writes it: already canonical
+        return f"{host}:{port}"
     ip = parse_ip(host)
     if ip is not None and ip.version == 4:  # IPv4, or IPv4-mapped IPv6 unwrapped
         host = str(ip)
@@ -120,6 +142,13 @@ class ConnectionLoop:
         self._listener: socket.socket | None = None
         self._selector: selectors.BaseSelector | None = None
         self._conns: dict[int, Conn] = {}
+        # Pending connections (no well-formed message yet), oldest first: those silent so far,
+        # and those that sent part of a message. Eviction takes the first of the silent ones.
+        self._silent: dict[int, Conn] = {}
+        self._partial: dict[int, Conn] = {}
+        self._deadlines: list[tuple[float, int, Conn]] = []
+        self._sequence = itertools.count()
+        self._paused_until = 0.0
         self._work = 0  # well-formed messages accepted (the run's budget)
         self.rejected: list[str] = []
         self.rejected_total = 0
@@ -193,9 +222,6 @@ class ConnectionLoop:
 
     # -- hooks --------------------------------------------------------------------------------
 
-    def _greet(self, conn: Conn) -> None:
-        """A connection was accepted (send the greeting here)."""
-
     def _on_frame(self, conn: Conn, frame: Frame) -> None:
         """A complete frame arrived; raise :class:`WireError` to refuse the peer."""
         raise WireError(f"unexpected {Kind.NAMES.get(frame.kind, frame.kind)} message")
@@ -213,21 +239,58 @@ class ConnectionLoop:
 
     # -- the loop -----------------------------------------------------------------------------
 
+    def _move(self, conn: Conn, state: str, deadline: float) -> None:
+        """Put ``conn`` in ``state`` with ``deadline`` (``inf``: none): the one place where
+        both change, so that the pending tables and the deadline heap stay exact."""
+        key = id(conn)
+        if state in PENDING:
+            if key not in self._partial:
+                target = self._partial if conn.reader.received else self._silent
+                target.setdefault(key, conn)
+        else:
+            self._silent.pop(key, None)
+            self._partial.pop(key, None)
+        conn.state = state
+        conn.deadline = deadline
+        if deadline != float("inf"):
+            heapq.heappush(self._deadlines, (deadline, next(self._sequence), conn))
+
+    def _next_deadline(self) -> float:
+        heap = self._deadlines
+        while heap:
+            deadline, _, conn = heap[0]
+            if conn.deadline == deadline and id(conn) in self._conns:
+                return deadline
+            heapq.heappop(heap)  # stale: the deadline changed, or the connection is gone
+        return float("inf")
+
     def _loop_once(self, until: float) -> None:
         """Handle what is ready, waiting at most until ``until`` or the next deadline."""
-        wake = min([until, *(c.deadline for c in self._conns.values())])
-        for key, mask in self._running().select(max(0.0, wake - time.monotonic())):
-            if key.data is None:
+        now = time.monotonic()
+        wake = min(until, self._next_deadline())
+        if self._paused_until > now:
+            wake = min(wake, self._paused_until)
+        elif self._paused_until:
+            self._paused_until = 0.0
+            if self._listener is not None:
+                self._running().register(self._listener, selectors.EVENT_READ, None)
+        for handled, (key, mask) in enumerate(self._running().select(max(0.0, wake - now))):
+            if key.data is None or (handled % _ACCEPT_EVERY == 0 and self._listener is not None
+                                    and not self._paused_until):
+                # The listener first, and again every few events: when thousands of nodes
+                # connect at once, a full accept queue makes the kernel drop their handshakes,
+                # which they repeat only after 1, 3, 7 s.
                 self._accept()
-                continue
+                if key.data is None:
+                    continue
             conn: Conn = key.data
             if mask & selectors.EVENT_READ and conn.sock.fileno() >= 0:
                 self._on_readable(conn)
             if mask & selectors.EVENT_WRITE and conn.sock.fileno() >= 0:
                 self._flush(conn)
         now = time.monotonic()
-        for conn in [c for c in self._conns.values() if c.deadline <= now]:
-            self._expire(conn)
+        while self._next_deadline() <= now:
+            self._expire(heapq.heappop(self._deadlines)[2])
 
     def _accept(self) -> None:
         listener, selector = self._listening(), self._running()
@@ -236,33 +299,48 @@ class ConnectionLoop:
                 sock, address = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    self._out_of_files(listener)
                 return  # ECONNABORTED and friends: the peer is gone already
             peer = peer_text(address)
             if self._pending() >= self._max_pending:
                 self._evict_pending()
             sock.setblocking(False)
             conn = Conn(
-                sock=sock, peer=peer, nonce=new_nonce(),
-                deadline=time.monotonic() + self.limits.peer_timeout,
+                sock=sock, peer=peer, nonce=new_nonce(), deadline=float("inf"),
                 reader=FrameReader(max_payload=self.limits.max_message_bytes,
                                    expect=self._expect),
             )
             self._conns[id(conn)] = conn
+            self._move(conn, "hello", time.monotonic() + self.limits.peer_timeout)
             selector.register(sock, selectors.EVENT_READ, conn)
             conn.events = selectors.EVENT_READ
-            self._greet(conn)
+
+    def _out_of_files(self, listener: socket.socket) -> None:
+        """No file descriptor for a new connection: rest the listener briefly (it would be
+        readable at once again, a busy loop) and say why once."""
+        if not self._paused_until:
+            self._running().unregister(listener)
+        self._paused_until = time.monotonic() + _FD_PAUSE_S
+        if not getattr(self, "_said_fds", False):
+            self._said_fds = True
+            import resource  # noqa: PLC0415  # only on this rare path
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            self._record("(listener)", f"this process ran out of file descriptors (soft limit "
+                         f"{soft}): raise it above NUM_NODES + 64 (`ulimit -n`) on the primary")
 
     def _pending(self) -> int:
-        return sum(1 for c in self._conns.values() if c.state == "hello")
+        return len(self._silent) + len(self._partial)
 
     def _evict_pending(self) -> None:
         """Close the pending connection silent for longest (the oldest among those that sent
         nothing, else the oldest) to make room for a new one."""
-        pending = [c for c in self._conns.values() if c.state == "hello"]
-        if not pending:
+        table = self._silent or self._partial
+        if not table:
             return
-        victim = min(pending, key=lambda c: (c.reader.received > 0, c.deadline))
+        victim = next(iter(table.values()))
         self._record(victim.peer, f"too many connections at once that sent no message; closed "
                      f"the longest-silent one ({self._sent(victim)})")
         self._on_rejected(victim)
@@ -277,25 +355,28 @@ class ConnectionLoop:
         self._work += 1
         return True
 
-    def _on_readable(self, conn: Conn) -> None:
+    def _on_readable(self, conn: Conn) -> bool:
+        """Read once; whether anything was there (data or the peer's close)."""
         try:
             data = conn.sock.recv(_RECV_BYTES)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError as e:
             self._reject(conn, f"connection error: {e.strerror or e}", send=False)
-            return
+            return True
         if conn.state == "closing":  # the reply is being flushed; anything more is ignored
             if not data:  # the peer shut its side: stop watching for reads (no busy loop)
                 conn.reading = False
                 self._flush(conn)
-            return
+            return True
         if not data:
-            if conn.state == "hello":
+            if conn.state in PENDING:
                 self._reject(conn, f"closed the connection ({self._sent(conn)})", send=False)
             else:
                 self._on_peer_closed(conn)
-            return
+            return True
+        if id(conn) in self._silent:  # its first bytes: no longer among the silent ones
+            self._partial[id(conn)] = self._silent.pop(id(conn))
         try:
             conn.reader.feed(data)
             frame = conn.reader.next_frame()
@@ -305,6 +386,7 @@ class ConnectionLoop:
                 self._on_frame(conn, frame)
         except WireError as e:
             self._reject(conn, str(e))
+        return True
 
     @staticmethod
     def _sent(conn: Conn) -> str:
@@ -312,7 +394,15 @@ class ConnectionLoop:
         return "sent nothing" if not received else f"sent only {received} bytes"
 
     def _expire(self, conn: Conn) -> None:
-        if conn.state == "hello":
+        if conn.state in PENDING:
+            # Its deadline may have passed while this loop was busy with others: what the peer
+            # already sent is read before it is judged.
+            # Only a whole message counts: a trickle of bytes does not buy more time.
+            before = conn.state
+            while id(conn) in self._conns and conn.state == before and self._on_readable(conn):
+                pass
+            if id(conn) not in self._conns or conn.state != before:
+                return  # it answered in time (or left): its new deadline stands
             self._reject(conn, f"{self._sent(conn)} within {self.limits.peer_timeout:.1f} s")
         elif conn.state == "closing":
             self._drop(conn)
@@ -363,13 +453,14 @@ class ConnectionLoop:
             self._drop(conn)
             return
         conn.pending.clear()
-        conn.state = "closing"
-        conn.deadline = time.monotonic() + _REJECT_FLUSH_S
+        self._move(conn, "closing", time.monotonic() + _REJECT_FLUSH_S)
         self._send(conn, encode_frame(Kind.REJECT, encode_json({"reason": clip(reason,
                                                                                _MAX_REASON)})))
 
     def _drop(self, conn: Conn) -> None:
         self._conns.pop(id(conn), None)
+        self._silent.pop(id(conn), None)
+        self._partial.pop(id(conn), None)
         if self._selector is not None and conn.sock.fileno() >= 0:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(conn.sock)

@@ -1,8 +1,17 @@
 """A node's side of preflight: reach the primary, send the fingerprint, wait for the verdict.
 
 The primary may start later than the node (FM-36: the cluster network or rank 0 is not up yet),
-so connecting is retried until the node's timeout. Once connected, the node waits as long as the
-primary's ``HELLO`` announces, whatever its own timeout. Every failure to complete is a
+so connecting is retried until the node's timeout. A connection opens with the node's nonce
+(``OPEN``); the primary's ``HELLO`` answers with its own nonce and the seconds it will still
+collect. How long the node then waits for its verdict:
+
+- with ``CLUSTERENV_PREFLIGHT_TOKEN``, the ``HELLO`` must carry a MAC over the node's nonce, and
+  the node waits as long as it announces (the primary may have started later), plus a margin;
+- without a token, anybody who answers on the port could announce anything, so the announced
+  time counts only up to this node's own ``--timeout``: the wait ends at the node's own deadline
+  plus a margin (:func:`verdict_margin`), never an hour later because a stranger said so.
+
+Every failure to complete is a
 :class:`PreflightError` whose message names the primary's address and port and what to check.
 """
 
@@ -10,18 +19,29 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import socket
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from clusterenv._text import clip
 from clusterenv._values import format_host_port
 from clusterenv.errors import ClusterEnvError
 from clusterenv.preflight.fingerprint import TOKEN_VARIABLE, Fingerprint
+from clusterenv.preflight.fit import fit_fingerprint
 from clusterenv.preflight.options import PreflightOptions
-from clusterenv.preflight.ring import PROBE_TIMEOUT_S, RingListener, probe, read_frame
-from clusterenv.preflight.verdict import Verdict
+from clusterenv.preflight.ring import (
+    PROBE_TIMEOUT_S,
+    RING_PHASE_S,
+    RingListener,
+    probe,
+    read_frame,
+)
+from clusterenv.preflight.verdict import BOUNDS, Verdict
 from clusterenv.preflight.wire import (
+    Frame,
     FrameReader,
     Kind,
     Limits,
@@ -33,16 +53,21 @@ from clusterenv.preflight.wire import (
     verify_mac,
 )
 
-__all__ = ["PreflightError", "run_node"]
+__all__ = ["PreflightError", "run_node", "verdict_margin"]
 
 _CONNECT_ATTEMPT_S = 2.0
 _RETRY_S = 0.25
 # Seconds a node dropped before its verdict keeps trying to reconnect.
 _REJOIN_S = 2.0
-# Extra seconds a node waits beyond the primary's announced deadline: the ring phase and
-# delivering the verdict come after it.
-_VERDICT_MARGIN_S = 15.0
 _MAX_WAIT_S = 3600.0
+_MESSAGE_OVERHEAD = 512
+
+
+def verdict_margin(limits: Limits, *, ring: bool) -> float:
+    """Seconds a node waits for its verdict beyond the end of the primary's collection: what the
+    primary does after it (the ring phase when asked for, then sending the verdict, each bounded
+    in time), e.g. ``5.0``, or ``13.0`` with the ring."""
+    return limits.send_timeout + (RING_PHASE_S + PROBE_TIMEOUT_S if ring else 0.0)
 
 
 class PreflightError(ClusterEnvError, RuntimeError):
@@ -50,10 +75,21 @@ class PreflightError(ClusterEnvError, RuntimeError):
     refused this node, or answered with something that is not a valid verdict."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Greeting:
+    """An open connection and the primary's ``HELLO`` on it."""
+
+    sock: socket.socket
+    hello: dict[str, Any]
+    frame: Frame
+    nonce: bytes  # this node's nonce, sent in OPEN: the primary MACs its messages over it
+
+
 def _connect(
-    host: str, port: int, *, deadline: float, source_addr: str | None, limits: Limits
-) -> tuple[socket.socket, dict[str, Any]]:
-    """Connect (retrying until ``deadline``) and read the primary's ``HELLO``."""
+    host: str, port: int, *, deadline: float, source_addr: str | None, limits: Limits,
+    say: Callable[[str], None],
+) -> _Greeting:
+    """Connect (retrying until ``deadline``), send ``OPEN`` and read the primary's ``HELLO``."""
     where = format_host_port(host, port)
     last = "no attempt finished"
     attempts = 0
@@ -79,13 +115,18 @@ def _connect(
                 source = None  # NODE_ADDR is not on this host: doctor reports it; go unbound
                 continue
             last = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+            say(f"waiting for the primary at {where} ({last}), "
+                f"{max(0.0, deadline - time.monotonic()):.0f} s left")
             time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
             continue
+        nonce = new_nonce()
         reader = FrameReader(max_payload=limits.max_message_bytes, expect={Kind.HELLO})
-        # Never past this node's own deadline (--timeout 1 means about a second).
-        greeting_by = min(time.monotonic() + limits.peer_timeout, deadline)
         try:
-            frame = read_frame(sock, reader, greeting_by)
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock.sendall(encode_frame(Kind.OPEN, encode_json({"nonce": nonce.hex()})))
+            # A busy primary greets late: wait up to this node's own deadline (--timeout 1
+            # means about a second), not a fixed few seconds.
+            frame = read_frame(sock, reader, deadline)
             hello = decode_object(frame.payload)
         except EOFError:  # the primary was at its connection limit, or just closing: retry
             sock.close()
@@ -96,7 +137,7 @@ def _connect(
             sock.close()
             raise PreflightError(
                 f"something accepted the connection at {where} but sent no preflight greeting "
-                f"within {max(greeting_by - start, 0.0):.1f} s: another program may own port "
+                f"within {max(deadline - start, 0.0):.1f} s: another program may own port "
                 f"{port}; "
                 "choose another --port on every node"
             ) from e
@@ -111,7 +152,7 @@ def _connect(
             last = e.strerror or str(e)
             time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
             continue
-        return sock, hello
+        return _Greeting(sock, hello, frame, nonce)
 
 
 def run_node(
@@ -138,6 +179,11 @@ def run_node(
     """
     where = format_host_port(primary_addr, port)
     deadline = time.monotonic() + options.timeout
+    # Room for the rest of the message (the ring listener's address): the primary refuses a
+    # message over its limit, so an honest node's fingerprint is fitted to it beforehand.
+    fingerprint = fit_fingerprint(
+        fingerprint, options.limits.max_message_bytes - _MESSAGE_OVERHEAD,
+        lambda fp: len(encode_json({"fingerprint": fp.to_wire()})))
     dropped: _Dropped | None = None
     while True:
         # After a drop, a primary that still runs takes the node back at once; one that
@@ -145,8 +191,8 @@ def run_node(
         until = deadline if dropped is None else min(deadline, time.monotonic() + _REJOIN_S)
         try:
             return _attempt(fingerprint, where=where, primary_addr=primary_addr, port=port,
-                            deadline=until, token=options.token, source_addr=source_addr,
-                            limits=options.limits)
+                            connect_by=until, own_deadline=deadline, options=options,
+                            source_addr=source_addr)
         except _Dropped as e:
             # Closed before the verdict with no reason given: the primary made room for other
             # connections. Reconnect; the primary counts a reconnected node once.
@@ -170,13 +216,15 @@ def _attempt(
     where: str,
     primary_addr: str,
     port: int,
-    deadline: float,
-    token: bytes | None,
+    connect_by: float,
+    own_deadline: float,
+    options: PreflightOptions,
     source_addr: str | None,
-    limits: Limits,
 ) -> Verdict:
-    sock, hello = _connect(primary_addr, port, deadline=deadline,
-                           source_addr=source_addr, limits=limits)
+    token, limits = options.token, options.limits
+    greeting = _connect(primary_addr, port, deadline=connect_by, source_addr=source_addr,
+                        limits=limits, say=options.say)
+    sock, hello, my_nonce = greeting.sock, greeting.hello, greeting.nonce
     ring: RingListener | None = None
     try:
         nonce_hex, auth = hello.get("nonce"), hello.get("auth")
@@ -189,18 +237,26 @@ def _attempt(
         if token is not None and not auth:
             # Refuse before sending anything: this node's facts go only to a primary that
             # proves it holds the same token.
+            _refuse(sock, f"this node has {TOKEN_VARIABLE} set and the primary does not",
+                    limits)
             raise PreflightError(
                 f"the primary at {where} does not use {TOKEN_VARIABLE}, but this node has it "
                 "set: set the same token on every node (or on none); this node's fingerprint "
                 "was not sent"
             )
-        announced = hello.get("timeout_s")
-        wait = float(announced) if isinstance(announced, (int, float)) else deadline - \
-            time.monotonic()
-        until = time.monotonic() + min(max(wait, 0.0) + _VERDICT_MARGIN_S, _MAX_WAIT_S)
+        if token is not None and not verify_mac(greeting.frame, token=token, nonce=my_nonce):
+            _refuse(sock, f"its greeting is not authenticated with this node's {TOKEN_VARIABLE} "
+                    "(the tokens differ)", limits)
+            raise PreflightError(
+                f"the greeting from {where} is not authenticated with this node's "
+                f"{TOKEN_VARIABLE}: the primary's token differs (set the same token on every "
+                f"node), or another program answers on port {port}; this node's fingerprint "
+                "was not sent"
+            )
+        until, wait_text = _verdict_deadline(hello, own_deadline=own_deadline,
+                                             trusted=token is not None, limits=limits,
+                                             timeout=options.timeout)
         body: dict[str, Any] = {"fingerprint": fingerprint.to_wire()}
-        my_nonce = new_nonce()
-        body["nonce"] = my_nonce.hex()
         if hello.get("ring") is True:
             local = str(sock.getsockname()[0])
             with contextlib.suppress(OSError):
@@ -209,6 +265,8 @@ def _attempt(
         sock.settimeout(limits.send_timeout)
         sock.sendall(encode_frame(Kind.FINGERPRINT, encode_json(body), token=token,
                                   nonce=primary_nonce))
+        options.say(f"waiting for the verdict from {where} (the primary collects for up to "
+                    f"{max(0.0, until - time.monotonic()):.0f} s)")
         reader = FrameReader(max_payload=limits.max_verdict_bytes,
                              expect={Kind.VERDICT, Kind.REJECT, Kind.RING})
         answered_ring = False
@@ -217,8 +275,8 @@ def _attempt(
                 frame = read_frame(sock, reader, until)
             except TimeoutError as e:
                 raise PreflightError(
-                    f"the primary at {where} took this node's fingerprint but sent no verdict in "
-                    f"{wait + _VERDICT_MARGIN_S:.0f} s; its own output says why"
+                    f"the primary at {where} took this node's fingerprint but sent no verdict "
+                    f"{wait_text}"
                 ) from e
             except EOFError as e:
                 message = (f"the primary at {where} closed the connection without a verdict (it "
@@ -236,7 +294,8 @@ def _attempt(
                     f"node's {TOKEN_VARIABLE}: set the same token on every node (or on none); "
                     "an unauthenticated verdict is not trusted"
                 )
-            body = decode_object(frame.payload)
+            # The most objects a verdict within its bounds has: decoding stops beyond it.
+            body = decode_object(frame.payload, max_objects=BOUNDS.objects)
             if frame.kind == Kind.VERDICT:
                 return Verdict.from_wire(body)
             _answer_ring(sock, body, rank=fingerprint.rank, token=token, nonce=primary_nonce,
@@ -255,6 +314,43 @@ def _attempt(
         sock.close()
         if ring is not None:
             ring.close()
+
+
+def _refuse(sock: socket.socket, reason: str, limits: Limits) -> None:
+    """Tell the primary why this node goes (best effort): its verdict then names the reason."""
+    with contextlib.suppress(OSError):
+        sock.settimeout(limits.send_timeout)
+        sock.sendall(encode_frame(Kind.REJECT, encode_json({"reason": reason})))
+
+
+def _verdict_deadline(
+    hello: dict[str, Any], *, own_deadline: float, trusted: bool, limits: Limits, timeout: float
+) -> tuple[float, str]:
+    """When to stop waiting for the verdict, and the words that say why at that moment.
+
+    The announced seconds move the deadline beyond this node's own only when ``trusted`` (a
+    ``HELLO`` MACed over this node's nonce); otherwise the node's own deadline caps them.
+    """
+    now = time.monotonic()
+    announced = hello.get("timeout_s")
+    primary_s = own_deadline - now
+    if isinstance(announced, (int, float)) and not isinstance(announced, bool) \
+            and math.isfinite(announced):
+        primary_s = float(announced)
+    primary_s = min(max(primary_s, 0.0), _MAX_WAIT_S)
+    margin = verdict_margin(limits, ring=hello.get("ring") is True)
+    if trusted:
+        return now + primary_s + margin, f"within {primary_s + margin:.0f} s; its own output " \
+            "says why"
+    until = min(now + primary_s, own_deadline) + margin
+    if now + primary_s <= own_deadline:
+        return until, f"within {until - now:.0f} s; its own output says why"
+    return until, (
+        f"within this node's --timeout ({timeout:g} s) and {margin:g} s more, although it "
+        f"announced it would collect for {primary_s:.0f} s: without {TOKEN_VARIABLE} a node "
+        "does not wait beyond its own --timeout (anybody may answer on the port). Start every "
+        "node with the same --timeout, or set the same token on every node"
+    )
 
 
 def _answer_ring(sock: socket.socket, body: dict[str, Any], *, rank: int | None,

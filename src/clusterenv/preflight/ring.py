@@ -23,11 +23,13 @@ from clusterenv.preflight.wire import (
     encode_json,
 )
 
-__all__ = ["ANSWER_TIMEOUT_S", "MAX_OPEN", "PROBE_TIMEOUT_S", "RingListener", "probe",
-           "read_frame"]
+__all__ = ["ANSWER_TIMEOUT_S", "MAX_OPEN", "PROBE_TIMEOUT_S", "RING_PHASE_S", "RingListener",
+           "probe", "read_frame"]
 
 #: Seconds one probe may take, connection and answer together.
 PROBE_TIMEOUT_S = 3.0
+#: Seconds the primary gives the whole ring phase (the probes run at once).
+RING_PHASE_S = 5.0
 #: Seconds a connection to a ring listener has to deliver its probe.
 ANSWER_TIMEOUT_S = 1.0
 #: Connections a ring listener keeps open at once.

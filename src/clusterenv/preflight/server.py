@@ -2,8 +2,9 @@
 
 Phases, all in one thread on one :class:`~clusterenv.preflight.loop.ConnectionLoop`:
 
-1. *collect*: greet each connection with ``HELLO`` (a fresh nonce, whether a token is required,
-   the seconds left), read one fingerprint per connection, until every rank
+1. *collect*: answer each connection's ``OPEN`` (the node's nonce) with ``HELLO`` (a fresh
+   nonce, whether a token is required, the seconds left; MACed over the node's nonce when there
+   is a token), read one fingerprint per connection, until every rank
    ``0..NUM_NODES-1`` has reported, or ``NUM_NODES`` fingerprints arrived and :data:`GRACE_S`
    passed (a duplicated rank then costs a second, not the whole timeout), or the deadline;
 2. *ring* (optional): tell each node its successor in rank order, collect the probe results;
@@ -13,6 +14,7 @@ Phases, all in one thread on one :class:`~clusterenv.preflight.loop.ConnectionLo
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import socket
 import threading
@@ -20,18 +22,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from clusterenv.preflight.compare import compare
+from clusterenv.preflight.compare import compare, missing_spans, spans_text
 from clusterenv.preflight.fingerprint import Fingerprint
-from clusterenv.preflight.loop import Conn, ConnectionLoop, host_of
+from clusterenv.preflight.fit import fit_verdict
+from clusterenv.preflight.loop import PENDING, Conn, ConnectionLoop, host_of
 from clusterenv.preflight.options import PreflightOptions
-from clusterenv.preflight.ring import PROBE_TIMEOUT_S, probe
+from clusterenv.preflight.ring import PROBE_TIMEOUT_S, RING_PHASE_S, probe
 from clusterenv.preflight.verdict import (
     TABLE_LIMIT,
     NodeRef,
     NodeSummary,
     RingHop,
     Verdict,
-    fit_verdict,
 )
 from clusterenv.preflight.wire import (
     Frame,
@@ -42,13 +44,14 @@ from clusterenv.preflight.wire import (
     encode_json,
     verify_mac,
 )
+from clusterenv.sources._base import MAX_NODES
 
 __all__ = ["GRACE_S", "PrimaryServer", "serve_primary"]
 
 #: Seconds the primary waits for stragglers once NUM_NODES fingerprints arrived but some rank is
 #: still missing (a duplicate rank took its place).
 GRACE_S = 1.0
-_RING_TIMEOUT_S = 5.0
+_REPORT_S = 0.25
 
 
 def _node_order(addr: str, rank: int | None) -> tuple[object, ...]:
@@ -101,9 +104,12 @@ class PrimaryServer(ConnectionLoop):
         expected_nodes: int,
         options: PreflightOptions,
     ) -> None:
+        if expected_nodes > MAX_NODES:
+            raise ValueError(f"expected_nodes={expected_nodes}: at most {MAX_NODES} nodes")
         nodes = max(1, expected_nodes)
         ring, limits = options.ring, options.limits
-        expect = {Kind.FINGERPRINT, Kind.PROBE, *((Kind.RING_RESULT,) if ring else ())}
+        expect = {Kind.OPEN, Kind.FINGERPRINT, Kind.PROBE, Kind.REJECT,
+                  *((Kind.RING_RESULT,) if ring else ())}
         super().__init__(
             listen_addr=listen_addr, port=port, limits=limits, expect=expect,
             max_pending=nodes - 1 + limits.connection_slack,
@@ -115,7 +121,16 @@ class PrimaryServer(ConnectionLoop):
         self.timeout = options.timeout
         self.token = options.token or None
         self.ring = ring
-        self._accepted: list[Conn] = []
+        # Bookkeeping in constant time per fingerprint: the accepted connections (in arrival
+        # order), how many fingerprints claim each rank, and how many of the ranks
+        # 0..NUM_NODES-1 have reported (the primary's own included).
+        self._accepted: dict[int, Conn] = {}
+        self._by_rank: dict[int | None, int] = {}
+        self._by_peer: dict[tuple[str, int | None], list[Conn]] = {}
+        self._covered = 1 if self._expected(own.rank) else 0
+        self._in_range = 0  # fingerprints whose rank is one of 0..NUM_NODES-1
+        self._reported_at = float("-inf")
+        self._in_ring: dict[int, Conn] = {}  # nodes asked for a probe that have not answered
         self._collecting = True
         self._deadline = float("inf")
 
@@ -147,25 +162,64 @@ class PrimaryServer(ConnectionLoop):
         finally:
             self.close()
 
+    def _expected(self, rank: int | None) -> bool:
+        return rank is not None and 0 <= rank < self.expected_nodes
+
+    def _add(self, conn: Conn, fingerprint: Fingerprint) -> None:
+        conn.fingerprint = fingerprint
+        self._accepted[id(conn)] = conn
+        rank = fingerprint.rank
+        self._by_rank[rank] = self._by_rank.get(rank, 0) + 1
+        self._in_range += self._expected(rank)
+        if self._by_rank[rank] == 1 and self._expected(rank) and rank != self.own.rank:
+            self._covered += 1
+        self._by_peer.setdefault((host_of(conn.peer), rank), []).append(conn)
+
+    def _remove(self, conn: Conn) -> None:
+        if self._accepted.pop(id(conn), None) is None or conn.fingerprint is None:
+            return
+        rank = conn.fingerprint.rank
+        self._by_rank[rank] -= 1
+        self._in_range -= self._expected(rank)
+        if not self._by_rank[rank]:
+            del self._by_rank[rank]
+            if self._expected(rank) and rank != self.own.rank:
+                self._covered -= 1
+        same = self._by_peer.get((host_of(conn.peer), rank), [])
+        if conn in same:
+            same.remove(conn)
+
+    def _report(self, deadline: float) -> None:
+        """Say which ranks are awaited (at most every quarter second: the text is built from
+        the reported ranks, and a terminal need not be redrawn per node)."""
+        now = time.monotonic()
+        if self.options.progress is None or now < self._reported_at + _REPORT_S:
+            return
+        self._reported_at = now
+        reported = [r for r in self._by_rank if self._expected(r)]
+        if self._expected(self.own.rank):
+            reported.append(self.own.rank)
+        gaps = missing_spans((r for r in reported if r is not None), self.expected_nodes)
+        self.options.say(f"waiting for {spans_text(gaps, limit=8)} ({self._covered} of "
+                         f"{self.expected_nodes} reported, {max(0.0, deadline - now):.0f} s left)")
+
     def _collect(self, deadline: float) -> None:
-        ranks: set[int | None] = {self.own.rank}
-        counted = 0
         full_since: float | None = None
         while time.monotonic() < deadline:
-            if counted != len(self._accepted):  # cheap: only recount when something changed
-                ranks = {self.own.rank} | {c.fingerprint.rank for c in self._accepted
-                                           if c.fingerprint is not None}
-                counted = len(self._accepted)
-            if all(r in ranks for r in range(self.expected_nodes)):
+            if self._covered >= self.expected_nodes:  # every rank 0..NUM_NODES-1 reported
                 break
-            if 1 + len(self._accepted) >= self.expected_nodes:
+            self._report(deadline)
+            # NUM_NODES fingerprints of this cluster's ranks (a duplicate took a rank's place):
+            # a short grace, not the whole timeout. Out-of-range ranks are not this cluster's
+            # nodes and never shorten the wait for the missing ones.
+            if 1 + self._in_range >= self.expected_nodes:
                 full_since = full_since or time.monotonic()
                 if time.monotonic() - full_since >= GRACE_S:
                     break
             until = deadline if full_since is None else min(deadline, full_since + GRACE_S)
             self._loop_once(until)
         self._collecting = False
-        for conn in [c for c in self._conns.values() if c.state == "hello"]:
+        for conn in [c for c in self._conns.values() if c.state in PENDING]:
             self._reject(conn, "the primary's deadline passed before this node's fingerprint "
                          "arrived", record=False)
         if not self.ring:
@@ -173,23 +227,48 @@ class PrimaryServer(ConnectionLoop):
 
     # -- the protocol ---------------------------------------------------------------------------
 
-    def _greet(self, conn: Conn) -> None:
-        # A node waits for the verdict as long as this says (plus a margin), however short its
-        # own --timeout: the primary may have started later.
+    def _greet(self, conn: Conn, frame: Frame) -> None:
+        """Answer a node's ``OPEN`` (its nonce) with ``HELLO``, MACed over that nonce when
+        there is a token: a node with the token trusts the announced deadline only then."""
+        nonce = decode_object(frame.payload).get("nonce")
+        if not isinstance(nonce, str) or len(nonce) != 32:
+            raise WireError("OPEN message must carry a 32-hex 'nonce'")
+        try:
+            conn.client_nonce = bytes.fromhex(nonce)
+        except ValueError as e:
+            raise WireError("OPEN 'nonce' is not hexadecimal") from e
+        # A node with the token waits for the verdict as long as this says (plus a margin),
+        # however short its own --timeout: the primary may have started later.
         remaining = round(max(0.0, self._deadline - time.monotonic()), 3)
         hello = {"nonce": conn.nonce.hex(), "auth": self.token is not None, "ring": self.ring,
                  "timeout_s": remaining}
-        self._send(conn, encode_frame(Kind.HELLO, encode_json(hello)))
+        # The fingerprint is due within peer_timeout of this greeting, however long the
+        # primary took to get here.
+        self._move(conn, "open", time.monotonic() + self.limits.peer_timeout)
+        self._send(conn, encode_frame(Kind.HELLO, encode_json(hello), token=self.token,
+                                      nonce=conn.client_nonce))
 
     def _on_frame(self, conn: Conn, frame: Frame) -> None:
-        if conn.state not in ("hello", "ring"):
-            raise WireError("more than one message on one connection")
-        if conn.state == "hello" and frame.kind == Kind.PROBE:
-            conn.state = "closing"
-            conn.deadline = time.monotonic() + self.limits.send_timeout
-            self._send(conn, encode_frame(Kind.PROBE_ACK, b"{}"))
+        if conn.state == "hello":
+            if frame.kind == Kind.PROBE:
+                self._move(conn, "closing", time.monotonic() + self.limits.send_timeout)
+                self._send(conn, encode_frame(Kind.PROBE_ACK, b"{}"))
+                return
+            if frame.kind != Kind.OPEN:
+                raise WireError(f"unexpected {Kind.NAMES[frame.kind]} message (expected OPEN)")
+            self._greet(conn, frame)
             return
-        wanted = Kind.FINGERPRINT if conn.state == "hello" else Kind.RING_RESULT
+        if conn.state not in ("open", "ring"):
+            raise WireError("more than one message on one connection")
+        if conn.state == "open" and frame.kind == Kind.REJECT:
+            # A node that does not trust this greeting (another token) says why, so that the
+            # verdict names the node and the reason, not only a missing rank.
+            reason = decode_object(frame.payload).get("reason")
+            self._reject(conn, f"the node refused this primary: {reason}"
+                         if isinstance(reason, str) else "the node refused this primary",
+                         send=False)
+            return
+        wanted = Kind.FINGERPRINT if conn.state == "open" else Kind.RING_RESULT
         if frame.kind != wanted:
             raise WireError(f"unexpected {Kind.NAMES[frame.kind]} message (expected "
                             f"{Kind.NAMES[wanted]})")
@@ -200,8 +279,8 @@ class PrimaryServer(ConnectionLoop):
             if not isinstance(ok, bool) or not isinstance(detail, str) or len(detail) > 512:
                 raise WireError("malformed ring probe result")
             conn.ring_result = {"ok": ok, "detail": detail}
-            conn.state = "waiting"
-            conn.deadline = float("inf")
+            self._move(conn, "waiting", float("inf"))
+            self._in_ring.pop(id(conn), None)
             return
         if not self._collecting:
             raise WireError("too late: the primary had stopped collecting fingerprints")
@@ -217,20 +296,14 @@ class PrimaryServer(ConnectionLoop):
                         "node: set the same token there")
 
     def _accept_fingerprint(self, conn: Conn, body: dict[str, Any]) -> None:
-        nonce = body.get("nonce")
         fp_data = body.get("fingerprint")
-        if not isinstance(nonce, str) or len(nonce) != 32 or not isinstance(fp_data, dict):
-            raise WireError("fingerprint message must carry 'fingerprint' and a 32-hex 'nonce'")
-        try:
-            conn.client_nonce = bytes.fromhex(nonce)
-        except ValueError as e:
-            raise WireError("fingerprint 'nonce' is not hexadecimal") from e
+        if not isinstance(fp_data, dict):
+            raise WireError("fingerprint message must carry a 'fingerprint' object")
         fingerprint = Fingerprint.from_wire(fp_data)
         # A rank that is still missing is always taken, budget or not: peers that fill the
         # budget with made-up ranks cannot keep a real node's fingerprint out.
         rank = fingerprint.rank
-        missing = rank is not None and 0 <= rank < self.expected_nodes and rank != self.own.rank \
-            and all(c.fingerprint is None or c.fingerprint.rank != rank for c in self._accepted)
+        missing = self._expected(rank) and rank != self.own.rank and rank not in self._by_rank
         if missing:
             self._work += 1
         elif not self._count_work(conn):
@@ -243,21 +316,16 @@ class PrimaryServer(ConnectionLoop):
                 # probes cluster nodes, not whatever address a peer chooses.
                 conn.ring_addr = (host_of(conn.peer), port)
         self._forget_closed(conn, fingerprint)
-        conn.fingerprint = fingerprint
-        conn.state = "waiting"
-        conn.deadline = float("inf")  # now it waits for the verdict, as long as collection runs
-        self._accepted.append(conn)
+        # Now it waits for the verdict, as long as collection runs.
+        self._move(conn, "waiting", float("inf"))
+        self._add(conn, fingerprint)
 
     def _forget_closed(self, conn: Conn, fingerprint: Fingerprint) -> None:
         """A node that reconnects (its first connection was closed before the verdict) replaces
         its earlier fingerprint instead of counting twice."""
-        host = host_of(conn.peer)
-        for old in list(self._accepted):
-            fp = old.fingerprint
-            if fp is None or fp.rank != fingerprint.rank or host_of(old.peer) != host:
-                continue
+        for old in list(self._by_peer.get((host_of(conn.peer), fingerprint.rank), ())):
             if old.sock.fileno() < 0 or _peer_gone(old):
-                self._accepted.remove(old)
+                self._remove(old)
                 self._drop(old)
 
     def _on_peer_closed(self, conn: Conn) -> None:
@@ -268,14 +336,17 @@ class PrimaryServer(ConnectionLoop):
     def _on_timeout(self, conn: Conn) -> None:
         if conn.state == "ring":
             conn.ring_result = {"ok": False, "detail": "no probe result in time"}
-            conn.state = "waiting"
-            conn.deadline = float("inf")
+            self._move(conn, "waiting", float("inf"))
+            self._in_ring.pop(id(conn), None)
         else:
             self._drop(conn)
 
+    def _drop(self, conn: Conn) -> None:
+        self._in_ring.pop(id(conn), None)
+        super()._drop(conn)
+
     def _on_rejected(self, conn: Conn) -> None:
-        if conn.fingerprint is not None and conn in self._accepted:
-            self._accepted.remove(conn)
+        self._remove(conn)
 
     # -- ring, verdict, delivery ----------------------------------------------------------------
 
@@ -284,7 +355,7 @@ class PrimaryServer(ConnectionLoop):
             (NodeRef(self.own.rank, self.listen_addr, self.own.hostname),
              (self.listen_addr, self.port), None)
         ]
-        for member in self._accepted:
+        for member in self._accepted.values():
             if (fp := member.fingerprint) is not None:
                 members.append((NodeRef(fp.rank, host_of(member.peer), fp.hostname),
                                 member.ring_addr, member))
@@ -298,7 +369,7 @@ class PrimaryServer(ConnectionLoop):
             ok, detail = probe(addr, port, rank=self.own.rank, timeout=PROBE_TIMEOUT_S)
             own_result.update(ok=ok, detail=detail)
 
-        deadline = time.monotonic() + _RING_TIMEOUT_S
+        deadline = time.monotonic() + RING_PHASE_S
         for index, (_, _, node) in enumerate(members):
             target_ref, target_addr, _ = members[(index + 1) % len(members)]
             if node is None:
@@ -312,13 +383,11 @@ class PrimaryServer(ConnectionLoop):
                 continue
             message = encode_json({"target": {"addr": target_addr[0], "port": target_addr[1],
                                               "rank": target_ref.rank}})
-            node.state = "ring"
-            node.deadline = deadline
+            self._move(node, "ring", deadline)
+            self._in_ring[id(node)] = node
             self._send(node, encode_frame(Kind.RING, message, token=self.token,
                                           nonce=node.client_nonce))
-        while time.monotonic() < deadline and any(
-            c.state == "ring" and c.sock.fileno() >= 0 for c in self._accepted
-        ):
+        while self._in_ring and time.monotonic() < deadline:
             self._loop_once(deadline)
         if own_thread is not None:
             own_thread.join(max(0.0, deadline - time.monotonic()) + PROBE_TIMEOUT_S)
@@ -334,17 +403,23 @@ class PrimaryServer(ConnectionLoop):
     def _verdict(self, start: float, ring: tuple[RingHop, ...]) -> Verdict:
         # The primary first, then rank and address order: the verdict does not depend on
         # which node happened to arrive first.
-        def order_of(entry: tuple[str, Fingerprint]) -> tuple[object, ...]:
+        def order_of(entry: tuple[str, Fingerprint]) -> tuple[Any, ...]:
             return _node_order(entry[0], entry[1].rank)
 
-        others = sorted(((host_of(c.peer), fp) for c in self._accepted
-                         if (fp := c.fingerprint) is not None), key=order_of)
+        # Each key computed once (an address parse per node): the others in order, and the
+        # primary's row where its own key falls for the table.
+        keyed = sorted(((order_of(e), e) for e in ((host_of(c.peer), c.fingerprint)
+                                                   for c in self._accepted.values()
+                                                   if c.fingerprint is not None)),
+                       key=lambda item: item[0])
+        others = [entry for _, entry in keyed]
         entries = [(self.listen_addr, self.own), *others]
         problems = compare(
             entries, expected_nodes=self.expected_nodes, waited_s=time.monotonic() - start,
             rejected=self.rejected, rejected_total=self.rejected_total, ring=ring,
         )
-        order = sorted(entries, key=order_of)
+        at = bisect.bisect_right([key for key, _ in keyed], order_of(entries[0]))
+        order = [*others[:at], entries[0], *others[at:]]
         hops = ring
         if len(entries) > TABLE_LIMIT:
             named = {(n.rank, n.addr) for p in problems for n in p.nodes}
@@ -363,13 +438,12 @@ class PrimaryServer(ConnectionLoop):
         payload = encode_json(verdict.to_wire())
         plain = encode_frame(Kind.VERDICT, payload) if self.token is None else b""
         deadline = time.monotonic() + self.limits.send_timeout
-        for conn in list(self._accepted):
+        for conn in list(self._accepted.values()):
             if conn.sock.fileno() < 0:
                 continue
             frame = plain or encode_frame(Kind.VERDICT, payload, token=self.token,
                                           nonce=conn.client_nonce)
-            conn.state = "closing"
-            conn.deadline = deadline
+            self._move(conn, "closing", deadline)
             self._send(conn, frame)
         while self._conns and time.monotonic() < deadline:
             self._loop_once(deadline)

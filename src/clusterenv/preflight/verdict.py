@@ -6,29 +6,69 @@ sends it to every node as JSON; each node rebuilds it with :meth:`Verdict.from_w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from clusterenv._jsonable import json_fields
 from clusterenv._text import clip
-from clusterenv.findings import Finding, Severity, code_info
+from clusterenv.findings import Code, Finding, Severity
 from clusterenv.preflight.fingerprint import Fingerprint
 from clusterenv.preflight.wire import WireError
 
 __all__ = [
+    "BOUNDS",
     "TABLE_LIMIT",
     "NodeRef",
     "NodeSummary",
     "Problem",
     "RingHop",
     "Verdict",
-    "fit_verdict",
+    "VerdictBounds",
 ]
 
 #: Up to this many reporting nodes the verdict lists every node (and every ring probe); above
 #: it, only the nodes (and probes) that problems name.
 TABLE_LIMIT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictBounds:
+    """What any verdict holds at most: the primary cuts every verdict to these
+    (:func:`clusterenv.preflight.fit.fit_verdict`), and a node refuses a verdict beyond them by
+    name (:meth:`Verdict.from_wire`), so what a node builds and prints is bounded whoever sent it.
+
+    Attributes:
+        problems: Problems listed, e.g. ``128`` (the rest are counted in ``more_problems``).
+        evidence: Evidence lines per problem, e.g. ``12``.
+        named_nodes: Nodes named per problem, e.g. ``64``.
+        table_rows: Rows of the node table, e.g. ``256``.
+        rejected: Refused connections listed, e.g. ``48``.
+        ring: Ring probes listed, e.g. ``64``.
+        title: Characters of a title or a fix, e.g. ``1000``.
+        evidence_text: Characters of an evidence line, a refusal or a probe's detail, e.g.
+            ``300``.
+        short: Characters of a code, an address, a host name or a table cell, e.g. ``128``.
+    """
+
+    problems: int = 128
+    evidence: int = 12
+    named_nodes: int = 64
+    table_rows: int = 256
+    rejected: int = 48
+    ring: int = 64
+    title: int = 1000
+    evidence_text: int = 300
+    short: int = 128
+
+    @property
+    def objects(self) -> int:
+        """JSON objects a verdict within these bounds has at most, e.g. ``8769``."""
+        return 1 + self.problems * (1 + self.named_nodes) + self.table_rows + 3 * self.ring
+
+
+#: The bounds every verdict keeps.
+BOUNDS = VerdictBounds()
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,30 +96,22 @@ class NodeRef:
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
-    """One cross-node problem and the nodes it concerns.
+class Problem(Finding):
+    """A finding about some nodes of the cluster: a :class:`~clusterenv.findings.Finding`
+    with the nodes it concerns.
 
     Attributes:
-        code: Stable identifier, e.g. ``"preflight-env-differs"``.
-        severity: ``"error"``, ``"warning"`` or ``"info"``.
-        title: One line naming the variable or value and the nodes, e.g.
-            ``"NCCL_SOCKET_IFNAME differs: rank 2 (10.65.0.4) has 'eth0', 3 nodes have 'ens1'"``.
-        nodes: The nodes to look at, e.g. ``(NodeRef(2, "10.65.0.4", "node-2"),)``.
-        evidence: What each node reported, e.g. ``("'ens1' on rank 0, 1, 3", "'eth0' on rank 2")``.
-        fix: What to do, e.g. ``"set NCCL_SOCKET_IFNAME to the same value on every node"``.
+        nodes: The nodes to look at, e.g. ``(NodeRef(2, "10.65.0.4", "node-2"),)``; the title
+            names them too, e.g. ``"NCCL_SOCKET_IFNAME differs: rank 2 (10.65.0.4) has 'eth0',
+            3 nodes have 'ens1'"``, and the evidence says what each reported.
     """
 
-    code: str
-    severity: Severity
-    title: str
     nodes: tuple[NodeRef, ...] = ()
-    evidence: tuple[str, ...] = ()
-    fix: str = ""
 
     @classmethod
-    def of(
+    def about(
         cls,
-        code: str,
+        code: Code,
         title: str = "",
         nodes: tuple[NodeRef, ...] = (),
         evidence: tuple[str, ...] = (),
@@ -87,19 +119,21 @@ class Problem:
         *,
         severity: Severity | None = None,
     ) -> Problem:
-        """A problem with a registered code; severity and title default to the registry's
-        (:data:`clusterenv.findings.CODES`)."""
-        info = code_info(code)
-        return cls(code, severity or info.severity, title or info.title, nodes, evidence, fix)
+        """A problem with a registered code about ``nodes``; severity and title default to
+        the registry's (:meth:`Finding.of`)."""
+        finding = Finding.of(code, title, evidence, fix, severity=severity)
+        return cls(finding.code, finding.severity, finding.title, finding.evidence, finding.fix,
+                   nodes)
 
     def finding(self) -> Finding:
-        """The same problem as a :class:`~clusterenv.findings.Finding` (nodes in the evidence)."""
+        """The problem as a plain :class:`~clusterenv.findings.Finding`, the nodes in its
+        evidence (as ``doctor`` prints findings)."""
         nodes = (f"nodes: {', '.join(map(str, self.nodes))}",) if self.nodes else ()
         return Finding(self.code, self.severity, self.title, (*self.evidence, *nodes), self.fix)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data: the fields above."""
-        return json_fields(self)
+        """JSON-ready data: the finding's fields and ``nodes``."""
+        return {**Finding.to_dict(self), "nodes": [n.to_dict() for n in self.nodes]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +145,9 @@ class NodeSummary:
         hostname: e.g. ``"node-1"``. interface: e.g. ``"ens1"``. mtu: e.g. ``9000``.
         transport: ``"infiniband"``, ``"roce"``, … or None. rdma_ports: usable ports, e.g. ``8``.
         gpus: e.g. ``8`` (None: no driver visible). local_errors: number of ``doctor`` errors.
-        torch: e.g. ``"2.4.1"``. nccl: e.g. ``"2.21.5"``.
+        torch: e.g. ``"2.4.1"``.
+        nccl: e.g. ``"2.21.5"``: what the library a job would load reports, when NCCL could
+            be asked; else the installed package's version.
     """
 
     rank: int | None
@@ -133,7 +169,7 @@ class NodeSummary:
             rank=fp.rank, addr=addr, hostname=fp.hostname, interface=fp.interface, mtu=fp.mtu,
             transport=fp.rdma.transport, rdma_ports=fp.rdma.ports, gpus=fp.gpus,
             local_errors=len(fp.local_errors), torch=fp.versions.get("torch"),
-            nccl=fp.versions.get("nccl"),
+            nccl=fp.runtime.version or fp.versions.get("nccl"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,6 +216,8 @@ class Verdict:
         elapsed_s: Seconds from the primary's start to the verdict, e.g. ``0.8``.
         reported: How many nodes reported, the primary included, e.g. ``4``.
         ring_probed: How many ring probes were made (0 without ``--ring``).
+        more_problems: Problems left out to keep the verdict within :data:`BOUNDS` (the least
+            severe ones: errors come first), e.g. ``0``.
     """
 
     expected_nodes: int
@@ -192,6 +230,7 @@ class Verdict:
     elapsed_s: float = 0.0
     reported: int = 0
     ring_probed: int = 0
+    more_problems: int = 0
 
     @property
     def ok(self) -> bool:
@@ -209,113 +248,165 @@ class Verdict:
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> Verdict:
-        """Rebuild a verdict received from the primary.
+        """Rebuild a verdict received from the primary, holding it to :data:`BOUNDS` (what
+        every primary cuts a verdict to) before building anything: a verdict of millions of
+        empty evidence items is refused by name, not printed.
 
         Raises:
-            WireError: When it does not have the verdict's shape.
+            WireError: When it does not have the verdict's shape or exceeds a bound, naming
+                the field, e.g. ``"the primary's verdict has 5592404 items in
+                'problems[0].evidence' (at most 12)"``.
         """
-        try:
-            return cls(
-                expected_nodes=int(data["expected_nodes"]),
-                primary=str(data["primary"]),
-                nodes=tuple(NodeSummary(**n) for n in data.get("nodes", ())),
-                problems=tuple(
-                    Problem(
-                        code=str(p["code"]),
-                        severity=_severity(p["severity"]),
-                        title=str(p["title"]),
-                        nodes=tuple(NodeRef(**n) for n in p.get("nodes", ())),
-                        evidence=tuple(str(e) for e in p.get("evidence", ())),
-                        fix=str(p.get("fix", "")),
-                    )
-                    for p in data.get("problems", ())
-                ),
-                rejected=tuple(str(r) for r in data.get("rejected", ())),
-                rejected_total=int(data.get("rejected_total", 0)),
-                ring=tuple(
-                    RingHop(NodeRef(**h["source"]), NodeRef(**h["target"]), bool(h["ok"]),
-                            str(h.get("detail", "")))
-                    for h in data.get("ring", ())
-                ),
-                elapsed_s=float(data.get("elapsed_s", 0.0)),
-                reported=int(data.get("reported", 0)),
-                ring_probed=int(data.get("ring_probed", 0)),
+        b = BOUNDS
+        problems = tuple(
+            Problem(
+                code=_text(p, "code", b.short, f"problems[{i}]."),
+                severity=_severity(p.get("severity"), f"problems[{i}].severity"),
+                title=_text(p, "title", b.title, f"problems[{i}]."),
+                nodes=tuple(_node_ref(n, f"problems[{i}].nodes[{j}]") for j, n in
+                            enumerate(_items(p, "nodes", b.named_nodes, f"problems[{i}]."))),
+                evidence=tuple(_item_text(e, b.evidence_text, f"problems[{i}].evidence[{j}]")
+                               for j, e in enumerate(_items(p, "evidence", b.evidence,
+                                                            f"problems[{i}]."))),
+                fix=_text(p, "fix", b.title, f"problems[{i}].", default=""),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise WireError(f"the primary's verdict is malformed ({type(e).__name__}: {e})") from e
+            for i, p in enumerate(_items(_object(data, "verdict"), "problems", b.problems, ""))
+        )
+        return cls(
+            expected_nodes=_number(data, "expected_nodes", required=True),
+            primary=_text(data, "primary", b.short, ""),
+            nodes=tuple(_summary(n, f"nodes[{i}]")
+                        for i, n in enumerate(_items(data, "nodes", b.table_rows, ""))),
+            problems=problems,
+            rejected=tuple(_item_text(r, b.evidence_text, f"rejected[{i}]")
+                           for i, r in enumerate(_items(data, "rejected", b.rejected, ""))),
+            rejected_total=_number(data, "rejected_total"),
+            ring=tuple(_hop(h, f"ring[{i}]")
+                       for i, h in enumerate(_items(data, "ring", b.ring, ""))),
+            elapsed_s=_seconds(data, "elapsed_s"),
+            reported=_number(data, "reported"),
+            ring_probed=_number(data, "ring_probed"),
+            more_problems=_number(data, "more_problems"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data: the fields above, plus ``ok`` and ``exit_code``."""
         return json_fields(self, ok=self.ok, exit_code=self.exit_code)
 
 
-def _severity(value: object) -> Severity:
+# -- reading a received verdict, field by field (every error names the field) ---------------
+
+
+def _malformed(where: str, wanted: str, value: object) -> WireError:
+    return WireError(f"the primary's verdict field '{where}' must be {wanted}, got "
+                     f"{type(value).__name__}")
+
+
+def _object(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise _malformed(where, "an object", value)
+    return value
+
+
+def _items(data: object, key: str, cap: int, where: str) -> list[Any]:
+    value = _object(data, where.rstrip(".") or "verdict").get(key, [])
+    if not isinstance(value, list):
+        raise _malformed(f"{where}{key}", "a list", value)
+    if len(value) > cap:
+        raise WireError(f"the primary's verdict has {len(value)} items in '{where}{key}' "
+                        f"(at most {cap})")
+    return value
+
+
+def _item_text(value: object, cap: int, where: str) -> str:
+    if not isinstance(value, str):
+        raise _malformed(where, "a string", value)
+    if len(value) > cap:
+        raise WireError(f"the primary's verdict field '{where}' has {len(value)} characters "
+                        f"(at most {cap})")
+    return value
+
+
+def _text(data: object, key: str, cap: int, where: str, *, default: str | None = None) -> str:
+    value = _object(data, where.rstrip(".") or "verdict").get(key, default)
+    if value is None:
+        raise WireError(f"the primary's verdict has no '{where}{key}'")
+    return _item_text(value, cap, f"{where}{key}")
+
+
+def _optional_text(data: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = data.get(key)
+    return None if value is None else _item_text(value, BOUNDS.short, f"{where}.{key}")
+
+
+def _optional_number(data: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 1 << 63:
+        raise _malformed(f"{where}{key}", "an integer", value)
+    return value
+
+
+def _number(data: object, key: str, *, required: bool = False) -> int:
+    found = _optional_number(_object(data, "verdict"), key, "")
+    if found is None and required:
+        raise WireError(f"the primary's verdict has no '{key}'")
+    return found or 0
+
+
+def _seconds(data: Mapping[str, Any], key: str) -> float:
+    value = data.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _malformed(key, "a number", value)
+    return float(value)
+
+
+def _severity(value: object, where: str) -> Severity:
     if value == "error":
         return "error"
     if value == "warning":
         return "warning"
     if value == "info":
         return "info"
-    raise ValueError(f"unknown severity {value!r}")
+    raise WireError(f"the primary's verdict field '{where}' is not a severity: "
+                    f"{clip(repr(value), 40)}")
 
 
-# Bounds on the parts of a verdict (characters): every text in it is a prefix of at most these.
-_TITLE = 1000
-_EVIDENCE_ITEMS = 12
-_EVIDENCE = 300
-_NAMED_NODES = 64
-_SHORT = 128
+def _node_ref(value: object, where: str) -> NodeRef:
+    data = _object(value, where)
+    return NodeRef(_optional_number(data, "rank", f"{where}."),
+                   _optional_text(data, "addr", where), _optional_text(data, "hostname", where))
 
 
-def _ref(ref: NodeRef) -> NodeRef:
-    return NodeRef(ref.rank, None if ref.addr is None else clip(ref.addr, _SHORT),
-                   None if ref.hostname is None else clip(ref.hostname, _SHORT))
-
-
-def _row(row: NodeSummary) -> NodeSummary:
-    def short(text: str | None) -> str | None:
-        return None if text is None else clip(text, _SHORT)
-
-    return replace(row, addr=clip(row.addr, _SHORT), hostname=short(row.hostname),
-                   interface=short(row.interface), transport=short(row.transport),
-                   torch=short(row.torch), nccl=short(row.nccl))
-
-
-def _problem(problem: Problem, *, evidence: int, nodes: int) -> Problem:
-    return Problem(
-        code=clip(problem.code, _SHORT), severity=problem.severity,
-        title=clip(problem.title, _TITLE),
-        nodes=tuple(_ref(n) for n in problem.nodes[:nodes]),
-        evidence=tuple(clip(e, _EVIDENCE) for e in problem.evidence[:evidence]),
-        fix=clip(problem.fix, _TITLE),
+def _summary(value: object, where: str) -> NodeSummary:
+    data = _object(value, where)
+    unknown = set(data) - _SUMMARY_FIELDS
+    if unknown:
+        raise WireError(f"the primary's verdict field '{where}' has unknown keys: "
+                        f"{clip(', '.join(sorted(map(str, unknown))), 80)}")
+    texts = {k: _optional_text(data, k, where) for k in _SUMMARY_TEXTS}
+    numbers = {k: _optional_number(data, k, f"{where}.") for k in _SUMMARY_NUMBERS}
+    return NodeSummary(
+        rank=numbers["rank"], addr=texts["addr"] or "", hostname=texts["hostname"],
+        interface=texts["interface"], mtu=numbers["mtu"], transport=texts["transport"],
+        rdma_ports=numbers["rdma_ports"] or 0, gpus=numbers["gpus"],
+        local_errors=numbers["local_errors"] or 0, torch=texts["torch"], nccl=texts["nccl"],
     )
 
 
-def fit_verdict(verdict: Verdict, max_bytes: int, size: Callable[[Verdict], int]) -> Verdict:
-    """``verdict`` cut to fit in ``max_bytes`` as measured by ``size`` (its encoded length).
+def _hop(value: object, where: str) -> RingHop:
+    data = _object(value, where)
+    ok = data.get("ok")
+    if not isinstance(ok, bool):
+        raise _malformed(f"{where}.ok", "true or false", ok)
+    return RingHop(_node_ref(data.get("source"), f"{where}.source"),
+                   _node_ref(data.get("target"), f"{where}.target"), ok,
+                   _text(data, "detail", BOUNDS.evidence_text, f"{where}.", default=""))
 
-    Every text is first cut to a bounded prefix (a peer's 60,000-character value is echoed as
-    its first few hundred characters). If that is still too big, the evidence and the node
-    table go, then all but the first problems: errors come first, so the exit code every node
-    derives from the verdict never changes. The last step is small by construction.
-    """
-    ring = tuple(RingHop(_ref(h.source), _ref(h.target), h.ok, clip(h.detail, _EVIDENCE))
-                 for h in verdict.ring)
-    steps = (
-        (_EVIDENCE_ITEMS, _NAMED_NODES, None, True),
-        (0, 8, None, False),
-        (0, 4, 64, False),
-    )
-    fitted = verdict
-    for evidence, nodes, problems, table in steps:
-        kept = verdict.problems if problems is None else verdict.problems[:problems]
-        fitted = replace(
-            verdict,
-            nodes=tuple(_row(n) for n in verdict.nodes) if table else (),
-            problems=tuple(_problem(p, evidence=evidence, nodes=nodes) for p in kept),
-            rejected=tuple(clip(r, _EVIDENCE) for r in verdict.rejected[:_EVIDENCE_ITEMS * 4]),
-            ring=ring if table else tuple(h for h in ring if not h.ok)[:64],
-        )
-        if size(fitted) <= max_bytes:
-            return fitted
-    return fitted
+
+_SUMMARY_TEXTS = ("addr", "hostname", "interface", "transport", "torch", "nccl")
+_SUMMARY_NUMBERS = ("rank", "mtu", "rdma_ports", "gpus", "local_errors")
+_SUMMARY_FIELDS = frozenset((*_SUMMARY_TEXTS, *_SUMMARY_NUMBERS))
+
+

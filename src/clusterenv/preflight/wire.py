@@ -4,8 +4,9 @@ Every message is one frame::
 
     offset  size  field
     0       4     magic  b"CEPF"
-    4       1     protocol version (1)
-    5       1     kind (HELLO, FINGERPRINT, RING, RING_RESULT, VERDICT, REJECT, PROBE, PROBE_ACK)
+    4       1     protocol version (2)
+    5       1     kind (OPEN, HELLO, FINGERPRINT, RING, RING_RESULT, VERDICT, REJECT, PROBE,
+                  PROBE_ACK)
     6       1     MAC length: 0, or 32 for an HMAC-SHA256
     7       1     reserved, 0
     8       4     payload length, big-endian, at most the receiver's limit
@@ -15,8 +16,13 @@ Every message is one frame::
 The header is checked as soon as its 12 bytes arrive, so a message that is too big or not ours is
 refused before its body is read. With a shared token, the MAC is ``HMAC-SHA256(token, context ||
 version || kind || nonce || payload)`` where the nonce is the one the *receiver* chose (the
-primary's ``HELLO`` nonce for messages to the primary, the node's nonce for messages to the
-node), so a captured message cannot be replayed into another run.
+primary's ``HELLO`` nonce for messages to the primary, the node's ``OPEN`` nonce for messages to
+the node), so a captured message cannot be replayed into another run.
+
+A connection starts with the node's nonce (``OPEN``), so that the primary's greeting can be
+authenticated too: the ``HELLO`` announces how long the primary will collect, which decides how
+long a node waits for its verdict, and a node with a token trusts that only from a ``HELLO``
+MACed over its own nonce (whoever else answers on the port cannot make it wait an hour).
 
 This module does no I/O: the primary's event loop, the node's blocking client and the benchmark's
 asyncio clients all feed bytes to :class:`FrameReader` and send what :func:`encode_frame` returns.
@@ -54,7 +60,7 @@ __all__ = [
 ]
 
 MAGIC = b"CEPF"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 HEADER = struct.Struct("!4sBBBxI")
 MAC_BYTES = 32
 NONCE_BYTES = 16
@@ -65,13 +71,14 @@ class Kind:
     """Frame kinds (one byte on the wire)."""
 
     HELLO = 1  #: primary -> node: nonce, whether a token is required, seconds left
-    FINGERPRINT = 2  #: node -> primary: the node's fingerprint and its own nonce
+    FINGERPRINT = 2  #: node -> primary: the node's fingerprint
     RING = 3  #: primary -> node: the next node to probe
     RING_RESULT = 4  #: node -> primary: how the probe went
     VERDICT = 5  #: primary -> node: the verdict
     REJECT = 6  #: primary -> node: why this connection was refused
     PROBE = 7  #: node -> node: a ring probe
     PROBE_ACK = 8  #: node -> node: the probe's answer
+    OPEN = 9  #: node -> primary, first on a connection: the node's nonce
 
     NAMES: dict[int, str] = {  # noqa: RUF012  # read-only table
         1: "HELLO",
@@ -82,6 +89,7 @@ class Kind:
         6: "REJECT",
         7: "PROBE",
         8: "PROBE_ACK",
+        9: "OPEN",
     }
 
 
@@ -91,7 +99,8 @@ class Limits:
 
     Attributes:
         max_message_bytes: Largest payload the primary accepts from a node, e.g. ``65536``.
-        max_verdict_bytes: Largest verdict a node accepts from the primary, e.g. 16 MiB.
+        max_verdict_bytes: Largest verdict a node accepts from the primary, e.g. 4 MiB (the
+            primary fits every verdict into a quarter of it).
         peer_timeout: Seconds a connection has, from accept, to deliver its complete
             fingerprint, e.g. ``3.0``; a silent or trickling peer is dropped after it.
         send_timeout: Seconds to deliver the verdict to one node, e.g. ``5.0``.
@@ -107,7 +116,7 @@ class Limits:
     """
 
     max_message_bytes: int = 64 * 1024
-    max_verdict_bytes: int = 16 * 1024 * 1024
+    max_verdict_bytes: int = 4 * 1024 * 1024
     peer_timeout: float = 3.0
     send_timeout: float = 5.0
     connection_slack: int = 16
@@ -274,16 +283,41 @@ def _reject_constant(name: str) -> Any:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def decode_object(payload: bytes) -> dict[str, Any]:
+class _TooManyObjects(Exception):
+    pass
+
+
+def decode_object(payload: bytes, *, max_objects: int | None = None) -> dict[str, Any]:
     """The payload as a JSON object; a lone surrogate spelled as a JSON escape (``\\ud800``)
     comes back written out (``"\\\\ud800"``), so no received string fails to encode.
 
+    Args:
+        payload: The frame's payload.
+        max_objects: Refuse a payload with more JSON objects than this (decoding stops at the
+            first one over), e.g. the most a bounded verdict has: a few megabytes of ``{}``
+            would otherwise become millions of dictionaries.
+
     Raises:
         WireError: Not UTF-8, not JSON (``NaN`` and ``Infinity`` included), nested too deeply,
-            or not an object.
+            not an object, or more objects than ``max_objects``.
     """
+    count = 0
+
+    def counted(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal count
+        count += 1
+        if max_objects is not None and count > max_objects:
+            raise _TooManyObjects
+        return dict(pairs)
+
     try:
-        data = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+        if max_objects is None:
+            data = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+        else:
+            data = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant,
+                              object_pairs_hook=counted)
+    except _TooManyObjects as e:
+        raise WireError(f"payload has more than {max_objects} JSON objects") from e
     except UnicodeDecodeError as e:
         raise WireError(f"payload is not UTF-8 ({e.reason} at byte {e.start})") from e
     except RecursionError as e:

@@ -21,6 +21,7 @@ from clusterenv.findings import Code, Finding
 
 __all__ = [
     "DEFAULT_PORT",
+    "MAX_NODES",
     "EnvReader",
     "Named",
     "NodeFacts",
@@ -34,6 +35,11 @@ __all__ = [
 
 #: torchrun's default rendezvous port, used where a source has no port of its own.
 DEFAULT_PORT = 29500
+#: The most nodes a cluster may have (``NUM_NODES`` and every launcher's node count): four times
+#: the 16,384 nodes preflight is measured with. A larger count is refused as a configuration
+#: error instead of being taken at its word (a typo such as ``NUM_NODES=999999999`` made the
+#: preflight primary try to list a billion ranks).
+MAX_NODES = 65536
 
 
 class Spelled(NamedTuple):

@@ -27,6 +27,7 @@ from clusterenv._root import Root
 from clusterenv._values import parse_host, split_host_port
 from clusterenv.sources._base import (
     DEFAULT_PORT,
+    MAX_NODES,
     EnvReader,
     NodeFacts,
     Reading,
@@ -107,7 +108,8 @@ class SageMakerSource(Source):
                         "names, the first the primary)", "let SageMaker set it",
                         "config-missing")
         fields["num_nodes"] = env.integer("SM_HOST_COUNT", required=False, what="hosts",
-                                          example="<hosts>", minimum=1) or (
+                                          example="<hosts>", minimum=1,
+                                          maximum=MAX_NODES) or (
             len(hosts) if hosts is not None else None)
         if env.any_set("SM_MASTER_ADDR") and not env.any_set("SM_HOST_COUNT", "SM_HOSTS"):
             env.problem(("SM_HOST_COUNT", "SM_HOSTS"), "neither SM_HOST_COUNT nor SM_HOSTS is "
@@ -217,7 +219,8 @@ class PaiDlcSource(Source):
                                           "process)", example="<node index>")
         fields["num_nodes"] = env.integer("WORLD_SIZE", required=True,
                                           what="the number of nodes (PAI-DLC: nodes, not "
-                                          "processes)", example="<nodes>", minimum=1)
+                                          "processes)", example="<nodes>", minimum=1,
+                                          maximum=MAX_NODES)
         if env.any_set("NPROC_PER_NODE"):
             fields["num_trainers"] = env.integer("NPROC_PER_NODE", required=True,
                                                  what="GPUs per node", example="<GPUs>",

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
+from clusterenv.sources._base import MAX_NODES, EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named, finish_worker
 
 __all__ = ["DeepSpeedSource"]
@@ -76,7 +76,7 @@ class DeepSpeedSource(Source):
         for name, (what, minimum) in counts.items():
             value = env.integer(  # the MPI runners export no CROSS_*: derived from the ranks
                 name, required=not name.startswith("CROSS_"), what=what, example=f"<{what}>",
-                minimum=minimum,
+                minimum=minimum, maximum=MAX_NODES if name == "CROSS_SIZE" else None,
             )
             values[name] = _named(name, value)
         finish_worker(

@@ -14,7 +14,15 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import DEFAULT_PORT, EnvReader, NodeFacts, Reading, Source, plain_int
+from clusterenv.sources._base import (
+    DEFAULT_PORT,
+    MAX_NODES,
+    EnvReader,
+    NodeFacts,
+    Reading,
+    Source,
+    plain_int,
+)
 from clusterenv.sources._node import gpus_or_visible, ip_lines
 
 __all__ = ["DstackSource"]
@@ -64,7 +72,7 @@ class DstackSource(Source):
         rank = env.integer("DSTACK_NODE_RANK", required=True, what="this node's rank",
                            example="<node rank>")
         nodes = env.integer("DSTACK_NODES_NUM", required=True, what="the number of nodes",
-                            example="<nodes>", minimum=1)
+                            example="<nodes>", minimum=1, maximum=MAX_NODES)
         ips = ip_lines(env, "DSTACK_NODES_IPS")
         if ips is not None and nodes is not None and len(ips) != nodes:
             env.problem(("DSTACK_NODES_IPS", "DSTACK_NODES_NUM"),

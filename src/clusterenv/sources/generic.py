@@ -18,6 +18,7 @@ from clusterenv._root import Root
 from clusterenv._shell import export
 from clusterenv.sources._base import (
     DEFAULT_PORT,
+    MAX_NODES,
     EnvReader,
     NodeFacts,
     Reading,
@@ -84,7 +85,8 @@ class GenericSource(Source):
             env, "NODE_RANK", "PET_NODE_RANK", what="this node's index", example="0", minimum=0
         )
         num_nodes = _count(
-            env, "NUM_NODES", "PET_NNODES", what="the number of nodes", example="2", minimum=1
+            env, "NUM_NODES", "PET_NNODES", what="the number of nodes", example="2", minimum=1,
+            maximum=MAX_NODES,
         )
         trainers = _count(
             env,
@@ -130,6 +132,16 @@ class GenericSource(Source):
                         "config-world-size",
                     )
                     num_nodes = None
+                elif world // trainers > MAX_NODES:
+                    env.problem(
+                        ("WORLD_SIZE", trainers_name) if trainers_name else ("WORLD_SIZE",),
+                        f"WORLD_SIZE={world} over {trainers} processes per node is "
+                        f"{world // trainers} nodes, above the supported maximum of "
+                        f"{MAX_NODES}: WORLD_SIZE counts processes, not nodes",
+                        "export NUM_NODES and NUM_TRAINERS explicitly",
+                        "config-out-of-range",
+                    )
+                    num_nodes = None
                 else:
                     num_nodes = world // trainers
         fields["node_rank"] = (
@@ -140,7 +152,9 @@ class GenericSource(Source):
         return reading
 
 
-def _count(env: EnvReader, *names: str, what: str, example: str, minimum: int) -> int | None:
+def _count(
+    env: EnvReader, *names: str, what: str, example: str, minimum: int, maximum: int | None = None
+) -> int | None:
     """An integer that torchrun may spell as ``PET_*``; ``PET_NNODES`` may be a fixed range."""
     found = env.aliased(*names, required=False, what=what)
     if found is None:
@@ -157,4 +171,5 @@ def _count(env: EnvReader, *names: str, what: str, example: str, minimum: int) -
             )
             return None
         value = low
-    return env.parse_int(name, value, what=what, example=example, minimum=minimum)
+    return env.parse_int(name, value, what=what, example=example, minimum=minimum,
+                         maximum=maximum)

@@ -17,6 +17,7 @@ from typing import ClassVar
 from clusterenv._root import Root
 from clusterenv._values import split_host_port
 from clusterenv.sources._base import (
+    MAX_NODES,
     EnvReader,
     NodeFacts,
     Reading,
@@ -106,6 +107,6 @@ class KubeflowSource(Source):
             fields["num_nodes"] = None
         else:
             fields["num_nodes"] = env.parse_int("PET_NNODES", low, what="the number of nodes",
-                                                example="<nodes>", minimum=1)
+                                                example="<nodes>", minimum=1, maximum=MAX_NODES)
         fields["num_trainers"] = nproc_per_node(env, "PET_NPROC_PER_NODE", root)
         return reading

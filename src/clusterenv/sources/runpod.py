@@ -29,6 +29,7 @@ from clusterenv._shell import export
 from clusterenv._values import format_host_port, parse_host, parse_ip, split_host_port
 from clusterenv.findings import Finding
 from clusterenv.sources._base import (
+    MAX_NODES,
     EnvReader,
     NodeFacts,
     Reading,
@@ -148,7 +149,8 @@ class RunpodSource(Source):
             "NODE_RANK", required=True, what="this node's index, 0 on the primary", example="0"
         )
         fields["num_nodes"] = env.integer(
-            "NUM_NODES", required=True, what="the number of nodes", example="2", minimum=1
+            "NUM_NODES", required=True, what="the number of nodes", example="2", minimum=1,
+            maximum=MAX_NODES,
         )
         fields["num_trainers"] = env.integer(
             "NUM_TRAINERS",

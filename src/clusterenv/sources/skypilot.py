@@ -14,7 +14,15 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import DEFAULT_PORT, EnvReader, NodeFacts, Reading, Source, plain_int
+from clusterenv.sources._base import (
+    DEFAULT_PORT,
+    MAX_NODES,
+    EnvReader,
+    NodeFacts,
+    Reading,
+    Source,
+    plain_int,
+)
 from clusterenv.sources._node import gpus_or_visible, ip_lines
 
 __all__ = ["SkyPilotSource"]
@@ -60,7 +68,7 @@ class SkyPilotSource(Source):
         rank = env.integer("SKYPILOT_NODE_RANK", required=True, what="this node's rank",
                            example="<node rank>")
         nodes = env.integer("SKYPILOT_NUM_NODES", required=True, what="the number of nodes",
-                            example="<nodes>", minimum=1)
+                            example="<nodes>", minimum=1, maximum=MAX_NODES)
         ips = ip_lines(env, "SKYPILOT_NODE_IPS")
         if ips is None and not env.any_set("SKYPILOT_NODE_IPS"):
             env.problem(("SKYPILOT_NODE_IPS",),

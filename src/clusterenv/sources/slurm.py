@@ -32,6 +32,7 @@ from clusterenv._text import count
 from clusterenv._values import parse_host
 from clusterenv.sources._base import (
     DEFAULT_PORT,
+    MAX_NODES,
     EnvReader,
     NodeFacts,
     Reading,
@@ -212,6 +213,7 @@ class SlurmSource(Source):
         nodes = env.integer(
             *((nodes_name,) if nodes_name else ("SLURM_NNODES",)),
             required=True, what="the number of nodes in the step", example="<nodes>", minimum=1,
+            maximum=MAX_NODES,
         )
         node_rank = env.integer(
             "SLURM_NODEID",

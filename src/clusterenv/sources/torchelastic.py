@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from clusterenv._root import Root
-from clusterenv.sources._base import EnvReader, NodeFacts, Reading, Source
+from clusterenv.sources._base import MAX_NODES, EnvReader, NodeFacts, Reading, Source
 from clusterenv.sources._process import Named, finish_worker
 
 __all__ = ["TORCHRUN_VARIABLES", "TorchElasticSource", "read_env_worker"]
@@ -117,6 +117,7 @@ def read_env_worker(
         what="the number of nodes in the job",
         example="<number of nodes>",
         minimum=1,
+        maximum=MAX_NODES,
     )
     per_node = _named("LOCAL_WORLD_SIZE", local_world)
     if per_node is None and not env.any_set("LOCAL_WORLD_SIZE"):

@@ -1,0 +1,120 @@
+"""What the catalogue says about the messages no specific check reads.
+
+Every warning or failure line the catalogue knows gets its class's reading: what the code that
+printed it does, what usually causes it, and what it usually follows; one finding per class.
+How severe it is follows from what happened after it: a message after which NCCL returned an
+error (by its source) in a process that then stopped is an error, one NCCL carried on after is a
+warning, and the failures PyTorch, Gloo or a benchmark report are errors (the job stopped).
+Warnings the catalogue does not know stay ``log-nccl-warning``, quoted in order.
+"""
+
+from __future__ import annotations
+
+from clusterenv.findings import Code, Finding, Severity
+from clusterenv.nccl_log.catalogue import MessageClass, catalogue_classes
+from clusterenv.nccl_log.interfaces import finding, quote
+from clusterenv.nccl_log.model import LogMessage, NcclLog
+
+__all__ = ["CODE_NCCL_MESSAGE", "CODE_NCCL_WARNING", "EXPLAINED_KINDS", "explain_checks"]
+
+CODE_NCCL_MESSAGE: Code = "log-nccl-message"
+CODE_NCCL_WARNING: Code = "log-nccl-warning"
+#: Kinds of message that no specific check reads (the others have one in
+#: :mod:`clusterenv.nccl_log.failures` and :mod:`clusterenv.nccl_log.transport`).
+EXPLAINED_KINDS = frozenset({"other", "watchdog", "store", "gloo", "last-error"})
+# Classes whose messages report that the job stopped.
+_STOPPED = frozenset({"torch-nccl", "torch-watchdog", "torch-store", "gloo", "benchmark"})
+# What to do, per class, beyond its causes (classes not here: look at the causes).
+_FIXES = {
+    "p2p": "confirm with NCCL_P2P_DISABLE=1 (NCCL then copies through host memory); for a "
+           "lasting fix enable peer access between the GPUs: IOMMU in pass-through "
+           "(`iommu=pt`), PCIe ACS off on the switches, or P2P passthrough in the VM",
+    "shm": "give the container a larger /dev/shm (docker --shm-size=16g) or --ipc=host, and run "
+           "the processes of one node in one IPC namespace",
+    "ipc-socket": "run the processes of one node in one container (or with --ipc=host and "
+                  "--pid=host)",
+    "nvls": "check that nvidia-fabricmanager runs (`systemctl status nvidia-fabricmanager`) and "
+            "matches the driver; NCCL_NVLS_ENABLE=0 skips NVLink SHARP",
+    "mnnvl": "check the IMEX service and that /dev/nvidia-caps-imex-channels is in the "
+             "container; NCCL_MNNVL_ENABLE=0 skips multi-node NVLink",
+    "cuda": "check `nvidia-smi` and the kernel log (Xid errors) on that node, and that the "
+            "driver is at least as new as the CUDA runtime of the wheel",
+    "device": "give each rank its own GPU: torch.cuda.set_device(local_rank) before "
+              "init_process_group, or device_id=torch.device('cuda', local_rank)",
+    "tcp-offload": "check the links of the NICs it names and that the plugin's receive daemon "
+                   "runs on every node; repeated timeouts slow the job down",
+    "torch-watchdog": "find the rank that stopped first (its own log, the flight recorder "
+                      "dumps: `clusterenv hang`); raise the timeout only when the work is "
+                      "really that long",
+    "torch-store": "check that MASTER_ADDR:MASTER_PORT is reachable from every node and that the "
+                   "process hosting the store (rank 0 or the launcher) is alive",
+    "gloo": "set GLOO_SOCKET_IFNAME to the cluster interface on every node",
+}
+
+
+def _label(cls: MessageClass | None, name: str) -> str:
+    return cls.meaning if cls else name
+
+
+def _severity(messages: list[LogMessage], log: NcclLog, cls: str | None) -> Severity:
+    if cls in _STOPPED:
+        return "error"
+    failed = {f"{r.host or '?'}:{r.pid}" for r in log.ranks if r.failure and r.pid is not None}
+    has_chains = any(m.kind == "error-trace" for m in log.errors)
+    for message in messages:
+        if not message.fails:
+            continue
+        if any(p in failed for p in message.processes) or not has_chains:
+            return "error"  # it failed the call, and nothing shows NCCL got past it
+    return "warning"
+
+
+def explain_checks(log: NcclLog, *, reported: frozenset[str] = frozenset(),
+                   stopped: bool | None = None) -> list[Finding]:
+    """One finding per catalogue class among the messages no specific check reads, and one for
+    the warnings the catalogue does not know.
+
+    Args:
+        log: The parsed log.
+        reported: Further kinds already reported by a specific check (``"plugin"`` when the
+            plugin's failure was).
+        stopped: Only the classes that report the job stopped (PyTorch, Gloo, nccl-tests:
+            True), only the others (False), or all (None).
+    """
+    kinds = EXPLAINED_KINDS | ({"plugin"} - reported)
+    messages = [m for m in (*log.warnings, *log.errors) if m.kind in kinds
+                and (stopped is None or (m.cls in _STOPPED) == stopped)]
+    by_class: dict[str, list[LogMessage]] = {}
+    unknown: list[LogMessage] = []
+    for message in sorted(messages, key=lambda m: m.first_line):
+        if message.cls:
+            by_class.setdefault(message.cls, []).append(message)
+        else:
+            unknown.append(message)
+    classes = catalogue_classes() if by_class else {}
+    findings = []
+    for name, group in by_class.items():
+        cls = classes.get(name)
+        evidence = quote(group)
+        origins = list(dict.fromkeys(m.origin for m in group if m.origin))[:3]
+        evidence += [f"printed by {origin}" for origin in origins]
+        if cls is not None:
+            evidence.append(f"what it is about: {cls.meaning}")
+            if cls.consequence_of:
+                evidence.append("it usually follows: " + ", ".join(cls.consequence_of).replace(
+                    "peer-exit", "another process exiting first"))
+        causes = cls.causes if cls else "see the message"
+        fix = f"usual causes: {causes}" + (f"; {_FIXES[name]}" if name in _FIXES else "")
+        findings.append(finding(
+            CODE_NCCL_MESSAGE, _severity(group, log, name),
+            f"NCCL {_label(cls, name)}: {group[0].text[:120]}", evidence, fix,
+        ))
+    if unknown:
+        findings.append(finding(
+            CODE_NCCL_WARNING, "warning",
+            f"NCCL printed {len(unknown)} warning(s) that are not in the catalogue of its "
+            "messages",
+            quote(unknown),
+            "read them in order; the first is usually the cause of the rest",
+        ))
+    return findings

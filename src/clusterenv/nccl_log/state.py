@@ -1,0 +1,453 @@
+"""What the parser keeps while it reads: one record per process, the messages counted by text,
+the plugins, and the step that turns them into a :class:`~clusterenv.nccl_log.model.NcclLog`.
+
+:class:`FactOps` applies the facts of :func:`~clusterenv.nccl_log.info.parse_info` (one method
+per fact name, each given the process, the message, its line number and the fact); the reading
+loop (:mod:`clusterenv.nccl_log.parse`) inherits it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from clusterenv.nccl_log.catalogue import CatalogueMatch
+from clusterenv.nccl_log.facts import process_facts
+from clusterenv.nccl_log.info import Fact
+from clusterenv.nccl_log.model import (
+    INTERNAL_NETWORKS,
+    GpuDirect,
+    LogMessage,
+    NcclLog,
+    NetDevice,
+    NetPlugin,
+    RankInfo,
+    SocketEndpoint,
+)
+
+__all__ = ["MAX_MESSAGES", "MAX_TEXT", "FactOps", "Messages", "Process"]
+
+# Distinct messages kept per list; a log of a million different retries stays small.
+MAX_MESSAGES = 500
+MAX_TEXT = 400
+_MAX_PROCESSES = 16
+
+
+class Plugin:
+    """An external network plugin as the processes named it."""
+
+    __slots__ = ("evidence", "library", "name", "nics", "placeholder", "provider", "version")
+
+    def __init__(self, name: str, *, placeholder: bool):
+        self.name = name
+        self.placeholder = placeholder  # named after its library until NCCL names it
+        self.library: str | None = None
+        self.version: str | None = None
+        self.provider: str | None = None
+        self.nics: int | None = None
+        self.evidence: dict[str, None] = {}
+
+
+class Process:
+    """What one process (host, pid) said so far."""
+
+    __slots__ = (
+        "bootstrap", "chain", "channel_devices", "channel_net", "cuda_device", "devices",
+        "driver", "env", "first_line", "gdr_channels", "host", "inferred", "key", "net_channels",
+        "network", "nranks", "oob", "pid", "plugin", "plugin_error", "plugin_net",
+        "plugin_rejected", "progress_line", "rank", "socket_ifs", "trace_code", "trace_line",
+        "version",
+    )
+
+    def __init__(self, host: str | None, pid: int | None, cuda_device: int | None):
+        self.host = host
+        self.pid = pid
+        self.key = f"{host or '?'}:{pid}" if pid is not None else "unprefixed lines"
+        self.cuda_device = cuda_device
+        self.first_line = 0
+        self.rank: int | None = None
+        self.nranks: int | None = None
+        self.version: str | None = None
+        self.driver: str | None = None
+        self.bootstrap: SocketEndpoint | None = None
+        self.socket_ifs: tuple[SocketEndpoint, ...] = ()
+        self.oob: SocketEndpoint | None = None
+        self.network: str | None = None  # "Using network X": what it used
+        self.inferred: str | None = None  # from "NET/IB : Using", for logs without that line
+        self.plugin_net: str | None = None  # a plugin network's own NET/<name> lines
+        self.devices: dict[str, None] = {}
+        self.plugin: Plugin | None = None
+        self.plugin_error: str | None = None  # the dlopen error of a plugin library
+        self.plugin_rejected: str | None = None
+        self.net_channels = 0
+        self.gdr_channels = 0
+        self.channel_net: str | None = None  # network of its first "via NET/..." channel
+        self.channel_devices: dict[tuple[str, int], None] = {}
+        self.env: dict[str, str] = {}
+        # the return chain since the last sign of progress: its first step, its last line
+        self.chain: str | None = None
+        self.trace_line = 0
+        self.trace_code: str | None = None
+        self.progress_line = 0
+
+    def has_facts(self) -> bool:
+        return self.pid is not None or bool(
+            self.bootstrap or self.socket_ifs or self.network or self.inferred or self.env
+            or self.version or self.devices or self.plugin or self.channel_net or self.chain
+        )
+
+    def failure(self) -> str | None:
+        """The return chain that ended its call: one after which nothing shows NCCL went on."""
+        if self.chain is None or self.trace_line <= self.progress_line:
+            return None
+        return self.chain
+
+
+class Messages:
+    """Messages counted by text, capped at ``MAX_MESSAGES`` distinct texts."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        # text -> [kind, source, count, line, hosts, match, processes]
+        self.entries: dict[str, list[Any]] = {}
+
+    def add(self, text: str, kind: str, source: str | None, line: int,  # noqa: PLR0917
+            proc: Process | None, match: CatalogueMatch | None = None) -> None:
+        if len(text) > MAX_TEXT:
+            text = text[:MAX_TEXT]
+        entry = self.entries.get(text)
+        if entry is None:
+            if len(self.entries) >= MAX_MESSAGES:
+                return
+            entry = self.entries[text] = [kind, source, 0, line, {}, match, {}]
+        entry[2] += 1
+        if proc is not None:
+            if proc.host:
+                entry[4][proc.host] = None
+            if len(entry[6]) < _MAX_PROCESSES:
+                entry[6][proc.key] = None
+
+    def freeze(self) -> tuple[LogMessage, ...]:
+        return tuple(
+            LogMessage(text, kind, source, count, first, tuple(hosts),
+                       cls=match.cls if match else None,
+                       origin=match.origin if match else None,
+                       fails=bool(match and match.fails), processes=tuple(processes))
+            for text, (kind, source, count, first, hosts, match, processes)
+            in self.entries.items()
+        )
+
+
+class FactOps:
+    """The per-fact handlers and the parser's state they write."""
+
+    def __init__(self) -> None:
+        self.procs: dict[tuple[str | None, int | None], Process] = {}
+        self.plugins: dict[str, Plugin] = {}
+        self.cuda: str | None = None
+        self.fallback_version: str | None = None
+        self.banners: list[tuple[str, int]] = []
+        self.nranks: int | None = None
+        self.nnodes: int | None = None
+        self.devices: dict[tuple[str, str, int | None], list[Any]] = {}
+        self.gdr_hcas: dict[str, bool] = {}
+        self.dmabuf: dict[int, None] = {}
+        self.distance_disabled: dict[str, None] = {}
+        self.warnings = Messages()
+        self.errors = Messages()
+        self.notices = Messages()
+
+    def _op_warn(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        _, kind, source, match = fact
+        self.warnings.add(msg, kind, source, number, proc, match)
+        if kind == "plugin" and proc.plugin:
+            proc.plugin.evidence[msg[:MAX_TEXT]] = None
+
+    def _op_bootstrap(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        proc.bootstrap = proc.bootstrap or fact[1]
+
+    def _op_notice(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        self.notices.add(msg, fact[1], None, number, proc)
+
+    def _op_info_failure(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        match: CatalogueMatch = fact[2]
+        target = self.errors if match.fatal else self.notices
+        target.add(msg, fact[1], None, number, proc, match)
+
+    def _op_socket(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        proc.socket_ifs = proc.socket_ifs or fact[1]
+        proc.inferred = proc.inferred or "Socket"
+        proc.progress_line = number
+
+    def _op_ib_using(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        _, network, devices, oob = fact
+        for index, name, port, link, suffixes in devices:
+            self._device(proc, network, index, name, port, link=link, suffixes=suffixes)
+        proc.oob = proc.oob or oob
+        if proc.inferred in (None, "Socket"):  # NCCL tries RDMA first, sockets when it fails
+            proc.inferred = network
+        proc.progress_line = number
+
+    def _op_ib_device(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        _, network, index, name, port, link, speed = fact
+        self._device(proc, network, index, name, port, link=link, speed=speed)
+
+    def _device(self, proc: Process, network: str, index: str, name: str, port: str | None, *,
+                link: str | None = None, speed: str | None = None, suffixes: str = "") -> None:
+        port_number = int(port) if port is not None else None
+        key = (network, name, port_number)
+        entry = self.devices.get(key)
+        if entry is None:
+            # index, link, speed, hosts, suffixes ("/SHARP")
+            entry = self.devices[key] = [int(index), link, None, {}, suffixes]
+        if speed is not None:
+            entry[2] = int(speed)
+        if suffixes and not entry[4]:
+            entry[4] = suffixes
+        if proc.host:
+            entry[3][proc.host] = None
+        label = name if port_number is None else f"{name}:{port_number}"
+        label = f"{label}/{link}" if link else label
+        proc.devices[label + (entry[4] or "")] = None
+
+    def _op_gdr_hca(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        _, name, enabled = fact
+        self.gdr_hcas[name] = self.gdr_hcas.get(name, True) and enabled
+
+    def _op_gdr_distance(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        if len(self.distance_disabled) < MAX_MESSAGES:
+            self.distance_disabled[fact[1]] = None
+
+    def _op_dmabuf(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        self.dmabuf[fact[1]] = None
+
+    def _op_channel(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        _, network, index, receive, gdr = fact
+        self.channels(proc, (network, index), receive, gdr, 1, number)
+
+    def channels(self, proc: Process, device: tuple[str, int], receive: bool,  # noqa: PLR0917
+                 gdr: bool, times: int, number: int) -> None:
+        """``times`` channel lines of ``proc`` through ``device`` (network, index), the last
+        at line ``number``."""
+        proc.channel_net = proc.channel_net or device[0]
+        proc.channel_devices[device] = None
+        if receive and device[0] != "Socket":  # sockets never use GPUDirect RDMA
+            proc.net_channels += times
+            proc.gdr_channels += times if gdr else 0
+        proc.progress_line = number
+
+    def _op_comm(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        _, rank, nranks, nnodes, complete = fact
+        if rank is not None and proc.rank is None:
+            proc.rank, proc.nranks = rank, nranks
+        if nranks is not None:
+            self.nranks = max(self.nranks or 0, nranks)
+        if nnodes is not None:
+            self.nnodes = max(self.nnodes or 0, nnodes)
+        if complete:
+            proc.progress_line = number
+
+    def _op_progress(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        proc.progress_line = number
+
+    def _op_version(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        proc.version = proc.version or fact[1]
+        self.cuda = self.cuda or fact[2]
+
+    def _op_driver(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        proc.driver = proc.driver or fact[1]
+
+    def _op_env(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        proc.env.setdefault(fact[1], fact[2])
+
+    def _op_network(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        proc.network = proc.network or fact[1]
+        proc.progress_line = number
+
+    def _op_net_named(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        proc.plugin_net = proc.plugin_net or fact[1]
+
+    def _op_trace(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        _, source, code, text = fact
+        self.errors.add(text, "error-trace", source, number, proc)
+        if proc.plugin and "net.cc" in source:
+            proc.plugin.evidence[text] = None
+        if code == "7":
+            return  # ncclInProgress: a non-blocking call saying "later", not an error
+        if proc.chain is None or proc.progress_line > proc.trace_line:
+            proc.chain = text  # the first (deepest) step of a new chain
+        proc.trace_line, proc.trace_code = number, code
+
+    # -- plugins: a process names its plugin by library first, by NCCL's name later ----------
+
+    def _placeholder(self, proc: Process, name: str) -> Plugin:
+        if proc.plugin is None:
+            plugin = self.plugins.get(name)
+            if plugin is None:
+                plugin = self.plugins[name] = Plugin(name, placeholder=True)
+            proc.plugin = plugin
+        return proc.plugin
+
+    def _op_plugin_requested(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        self._placeholder(proc, fact[1]).library = fact[1]
+
+    def _op_plugin_external(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        library = fact[1]
+        plugin = self._placeholder(proc, library or "libnccl-net.so")
+        plugin.library = plugin.library or library or None
+
+    def _op_plugin_loaded(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        name, current = fact[1], proc.plugin
+        plugin = self.plugins.get(name)
+        if plugin is None:
+            if current is not None and current.placeholder:
+                plugin = current
+                plugin.name, plugin.placeholder = name, False
+            else:
+                plugin = Plugin(name, placeholder=False)
+            self.plugins[name] = plugin
+        elif current is not None and current is not plugin:
+            plugin.library = plugin.library or current.library
+            plugin.evidence.update(current.evidence)
+        proc.plugin = plugin
+
+    def _op_plugin_trouble(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        if proc.plugin:
+            proc.plugin.evidence[msg[:MAX_TEXT]] = None
+
+    def _op_plugin_error(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        proc.plugin_error = proc.plugin_error or fact[1][:MAX_TEXT]
+        self.notices.add(msg, "plugin-load", None, number, proc)
+
+    def _op_plugin_rejected(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        proc.plugin_rejected = proc.plugin_rejected or fact[1]
+        self.notices.add(msg, "plugin-load", None, number, proc)
+
+    def _op_ofi(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        self._placeholder(proc, "aws-ofi-nccl")
+
+    def _op_ofi_version(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        self._placeholder(proc, "aws-ofi-nccl").version = fact[1]
+
+    def _op_ofi_provider(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        _, provider, nics = fact
+        plugin = self._placeholder(proc, "aws-ofi-nccl")
+        plugin.provider = provider
+        plugin.nics = nics if nics is not None else plugin.nics
+
+    def _op_ofi_group(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        self._placeholder(proc, "aws-ofi-nccl")
+        self._device(proc, "OFI", fact[1], fact[2], None)
+
+    def _op_ofi_trouble(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        self._placeholder(proc, "aws-ofi-nccl").evidence[msg[:MAX_TEXT]] = None
+        self.notices.add(msg, "plugin", None, number, proc)
+
+    # -- the result ---------------------------------------------------------------------------
+
+    def result(self, lines_read: int, lines_matched: int) -> NcclLog:
+        """The log as read so far."""
+        procs = [p for p in self.procs.values() if p.has_facts()]
+        # a process whose "Using network" line is missing (cut, or another subsystem's debug
+        # output) used the network the other users of its plugin name, when they agree
+        networks: dict[int, set[str]] = {}
+        for proc in procs:
+            if proc.plugin is not None and proc.network and proc.network not in INTERNAL_NETWORKS:
+                networks.setdefault(id(proc.plugin), set()).add(proc.network)
+        for proc in procs:
+            named = networks.get(id(proc.plugin)) if proc.plugin is not None else None
+            if named and len(named) == 1 and not proc.plugin_net:
+                proc.plugin_net = next(iter(named))
+        ranks = sorted(
+            (_rank(p) for p in procs),
+            key=lambda r: (r.rank is None, r.rank or 0, r.host or "", r.pid or 0),
+        )
+        counts = Counter(p.version for p in procs if p.version)
+        counts.update(version for version, _ in self.banners)
+        versions = tuple(v for v, _ in counts.most_common())
+        if not versions and self.fallback_version:
+            versions = (self.fallback_version,)
+        env: dict[str, str] = {}
+        for rank in ranks:
+            for name, value in rank.env.items():
+                env.setdefault(name, value)
+        plugins = dict.fromkeys(p.plugin for p in procs if p.plugin is not None)
+        return NcclLog(
+            version=versions[0] if versions else None,
+            cuda_version=self.cuda,
+            versions=versions,
+            ranks=tuple(ranks),
+            transports=tuple(dict.fromkeys(r.transport for r in ranks if r.transport)),
+            devices=tuple(
+                NetDevice(network, index, name, port, link, speed, tuple(hosts),
+                          tuple(suffixes.split("/")[1:]))
+                for (network, name, port), (index, link, speed, hosts, suffixes)
+                in self.devices.items()
+            ),
+            gpudirect=GpuDirect(
+                hcas=dict(self.gdr_hcas),
+                dmabuf_gpus=tuple(sorted(self.dmabuf)),
+                net_channels=sum(r.net_channels for r in ranks),
+                gdr_channels=sum(r.gdr_channels for r in ranks),
+                distance_disabled=tuple(self.distance_disabled),
+            ),
+            plugins=tuple(_plugin(p, ranks) for p in plugins if p is not None),
+            env=env,
+            nranks=self.nranks,
+            nnodes=self.nnodes,
+            warnings=self.warnings.freeze(),
+            errors=self.errors.freeze(),
+            notices=self.notices.freeze(),
+            lines_read=lines_read,
+            lines_matched=lines_matched,
+            banners=tuple(self.banners[:64]),
+        )
+
+
+def _rank(proc: Process) -> RankInfo:
+    bootstrap = proc.bootstrap
+    plugin = proc.plugin.name if proc.plugin else None
+    # without "Using network", the network a process used is the plugin network its NET/<name>
+    # lines speak for, else what its channels or device lists say
+    transport = proc.network or proc.channel_net or proc.plugin_net or proc.inferred
+    fields: dict[str, Any] = {
+        "host": proc.host,
+        "pid": proc.pid,
+        "cuda_device": proc.cuda_device,
+        "rank": proc.rank,
+        "nranks": proc.nranks,
+        "version": proc.version,
+        "bootstrap_interface": bootstrap.interface if bootstrap else None,
+        "bootstrap_address": bootstrap.address if bootstrap else None,
+        "socket_interfaces": proc.socket_ifs,
+        "oob": proc.oob,
+        "transport": transport,
+        "devices": tuple(proc.devices),
+        "plugin": plugin,
+        "net_channels": proc.net_channels,
+        "gdr_channels": proc.gdr_channels,
+        "env": dict(proc.env),
+        "first_line": proc.first_line,
+        "channel_devices": tuple(sorted(proc.channel_devices)),
+        "failure": proc.failure(),
+        "failure_line": proc.trace_line if proc.failure() else None,
+    }
+    info = RankInfo(**fields)
+    fields["facts"] = process_facts(info, driver=proc.driver, plugin_error=proc.plugin_error,
+                                    plugin_rejected=proc.plugin_rejected)
+    return RankInfo(**fields)
+
+
+def _plugin(plugin: Plugin, ranks: list[RankInfo]) -> NetPlugin:
+    users = [r for r in ranks if r.plugin == plugin.name]
+    return NetPlugin(
+        name=plugin.name,
+        library=plugin.library,
+        version=plugin.version,
+        provider=plugin.provider,
+        nics=plugin.nics,
+        used=any(r.transport and r.transport not in INTERNAL_NETWORKS for r in users),
+        failed=any(r.transport in INTERNAL_NETWORKS for r in users),
+        evidence=tuple(plugin.evidence)[:20],
+    )

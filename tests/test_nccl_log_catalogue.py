@@ -1,0 +1,201 @@
+"""The catalogue of NCCL's messages (src/clusterenv/nccl_log/messages.json) and the script that
+writes it (tools/nccl_messages.py).
+
+The catalogue is generated from NCCL's source at every release tag; these tests check what it
+holds (every message classed, every matcher recognising its own format, the releases covered)
+and run the script on a small git repository made here, so that the script is tested without
+NCCL's repository.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from clusterenv.nccl_log import lookup_message, nccl_log_findings, parse_nccl_log
+from clusterenv.nccl_log.catalogue import catalogue_classes, catalogue_entries
+
+ROOT = Path(__file__).parents[1]
+TOOLS = ROOT / "tools"
+DATA = json.loads((ROOT / "src" / "clusterenv" / "nccl_log" / "messages.json").read_text())
+sys.path.insert(0, str(TOOLS))
+
+from c_source import format_string, format_to_regex, log_calls, strip_comments  # noqa: E402
+
+# A value each conversion prints, for rendering a format as NCCL would.
+_SAMPLE = {"d": "12", "i": "12", "u": "7", "x": "1f", "X": "1F", "o": "17", "p": "0x7f3a2c",
+           "s": "mlx5_0", "m": "Connection refused", "c": "x", "f": "1.5", "e": "1e-05",
+           "g": "1.5", "%": "%"}
+_CONVERSION = re.compile(
+    r"%([-+ #0']*)(\*|[0-9]+)?(?:\.(\*|[0-9]*))?(hh|h|ll|l|L|q|j|z|Z|t)?([diouxXeEfFgGaAcspnm%])"
+)
+
+
+def render(fmt: str) -> str:
+    return _CONVERSION.sub(lambda m: _SAMPLE.get(m.group(5), "1"), fmt)
+
+
+def literal(fmt: str) -> int:
+    return sum(ch.isalnum() for ch in _CONVERSION.sub("", fmt))
+
+
+ENTRIES = catalogue_entries()
+
+
+def test_every_catalogued_message_has_a_class() -> None:
+    classes = catalogue_classes()
+    unclassed = [e["format"] for e in ENTRIES if not e["class"]]
+    assert unclassed == []
+    assert {e["class"] for e in ENTRIES} <= set(classes)
+    for cls in classes.values():
+        assert cls.meaning and cls.causes, cls.name
+
+
+def test_every_message_is_recognised_by_its_own_matcher() -> None:
+    missed = []
+    for entry in ENTRIES:
+        text = render(entry["format"])
+        found = lookup_message(text)
+        # another format may print the same text with more fixed words: that one wins
+        if found is None or literal(found.format) < literal(entry["format"]):
+            missed.append(entry["format"])
+    assert missed == []
+
+
+def test_the_catalogue_covers_every_release_from_2_12() -> None:
+    nccl = DATA["releases"]["nccl"]
+    assert "v2.12.7-1" in nccl and "v2.30.7-1" in nccl
+    wanted = [t for t in nccl if tuple(map(int, re.findall(r"[0-9]+", t)[:2])) >= (2, 12)]
+    project = DATA["projects"].index("nccl")
+    per_release: Counter[int] = Counter()
+    for message in DATA["messages"]:
+        if message[0] != project:
+            continue
+        for _, first, _, last, _ in message[5]:
+            per_release.update(range(first, last + 1))
+    for tag in wanted:
+        # a few hundred warnings and failure lines per release (2.12.7 has the fewest: 249)
+        assert per_release[nccl.index(tag)] > 200, tag
+    plugins = {"aws-ofi-nccl", "nccl-rdma-sharp-plugins", "nccl-plugin-gpudirecttcpx",
+               "nccl-fastsocket", "rdma-core", "nccl-tests", "pytorch"}
+    assert plugins <= set(DATA["projects"])
+
+
+def test_origins_name_source_files_and_releases() -> None:
+    entry = next(e for e in ENTRIES if e["format"] == "socketProgress: Connection closed by "
+                 "remote peer %s")
+    assert entry["origin"].startswith("src/misc/socket.cc:") and "(v2.16.2-1)" in entry["origin"]
+    assert entry["returns"] == "ncclRemoteError"
+
+
+def test_a_catalogued_warning_is_never_unexplained() -> None:
+    warnings = [e for e in ENTRIES if e["level"] == "W" and e["project"] == "nccl"]
+    for entry in warnings[::7]:
+        line = f"node1:1:1 [0] misc/x.cc:1 NCCL WARN {render(entry['format'])}"
+        findings = nccl_log_findings(parse_nccl_log([line]))
+        assert "log-nccl-warning" not in {f.code for f in findings}, entry["format"]
+
+
+def test_loading_is_lazy() -> None:
+    code = ("import sys, clusterenv.nccl_log, clusterenv.nccl_log.catalogue as c; "
+            "print(c._catalogue.cache_info().currsize)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0"
+
+
+# -- the C reading of tools/c_source.py --------------------------------------------------------
+
+SOURCE = r'''
+#define PFX "libibverbs: "
+// WARN("a commented call");
+/* INFO(NCCL_INIT, "a commented
+   call"); */
+static ncclResult_t f(int fd) {
+  if (fd < 0) {
+    WARN("Net : Connect to %s failed : %s", addr, strerror(errno));
+    return ncclRemoteError;
+  }
+  INFO(NCCL_NET, "NET/IB : Got %" PRIu64 " bytes, "
+       "rank %d", n, rank);
+  WARN(buffer);
+  WARN("Call to " name " failed: %s", strerror(errno));
+  return ncclSuccess;
+}
+'''
+
+
+def test_log_calls_read_the_format_and_what_follows() -> None:
+    calls = list(log_calls(SOURCE, {"WARN": 0, "INFO": 1}))
+    assert [(c.macro, c.line, c.format, c.returns) for c in calls] == [
+        ("WARN", 8, "Net : Connect to %s failed : %s", "ncclRemoteError"),
+        ("INFO", 11, "NET/IB : Got %lu bytes, rank %d", "continues"),
+        ("WARN", 14, "Call to %s failed: %s", "continues"),
+    ]
+    assert strip_comments("a // b\nc /* d\ne */ f").splitlines() == ["a     ", "c     ", "     f"]
+    assert format_string('"a" "b\\n"') == "ab\n" and format_string("cond ? x : y") is None
+
+
+@pytest.mark.parametrize(("fmt", "text"), [
+    ("Connect to %s failed : %s", "Connect to 10.0.0.2<4242> failed : Connection refused"),
+    ("size %zu at %p (%.*s) %5d%%", "size 4096 at 0x7f00 (abc)    12%"),
+    ("status=%d len=%lu", "status=-5 len=18446744073709551615"),
+])
+def test_format_to_regex(fmt: str, text: str) -> None:
+    assert re.fullmatch(format_to_regex(fmt), text)
+
+
+# -- tools/nccl_messages.py on a repository made here --------------------------------------------
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+                        "PATH": "/usr/bin:/bin"})
+
+
+def release(repo: Path, tag: str, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", tag)
+    git(repo, "tag", tag)
+
+
+def test_the_script_reads_every_release_and_classes_by_rules(tmp_path: Path) -> None:
+    repo = tmp_path / "nccl"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    socket = ('ncclResult_t c() {\n  WARN("socketProgress: Connection closed by remote peer %s", '
+              'x);\n  return ncclRemoteError;\n}\n')
+    release(repo, "v2.12.7-1", {"src/misc/socket.cc": socket,
+                                "src/init.cc": 'void i() { INFO(NCCL_INIT, "Init done"); }\n'})
+    release(repo, "v2.13.4-1", {"src/misc/socket.cc": "\n\n" + socket,
+                                "src/newthing/odd.cc": 'void o() { WARN("A new odd warning"); }\n'})
+    out = tmp_path / "messages.json"
+    run = subprocess.run([sys.executable, str(TOOLS / "nccl_messages.py"), "--nccl", str(repo),
+                          "--out", str(out), "--quiet"], capture_output=True, text=True, check=True)
+    data = json.loads(out.read_text())
+    assert data["releases"]["nccl"] == ["v2.12.7-1", "v2.13.4-1"]
+    fields = data["fields"]
+    rows = [dict(zip(fields, row, strict=False)) for row in data["messages"]]
+    closed = next(r for r in rows if r["format"].startswith("socketProgress"))
+    assert closed["class"] == "socket" and closed["returns"] == "ncclRemoteError"
+    # file and line at the first and the last release: the call moved two lines down
+    assert closed["origins"] == [[data["paths"].index("src/misc/socket.cc"), 0, 2, 1, 4]]
+    assert "extra" in fields and closed.get("extra", {}).get("causes")  # the reviewed override
+    # "Init done" reports neither a failure nor a choice: not catalogued
+    assert not any(r["format"] == "Init done" for r in rows)
+    # no rule knows src/newthing/: the script says so instead of guessing
+    assert "UNCLASSED nccl src/newthing/odd.cc: 'A new odd warning'" in run.stdout
+    check = subprocess.run([sys.executable, str(TOOLS / "nccl_messages.py"), "--nccl", str(repo),
+                            "--out", str(out), "--quiet", "--check"], capture_output=True,
+                           check=False)
+    assert check.returncode == 0

@@ -1,0 +1,460 @@
+"""`clusterenv nccl-log` on the classes of failure seen on logs nobody here had described.
+
+Each test builds its log from NCCL's own lines: the format strings of the release named next to
+each line (file:line of the format at that tag, as the catalogue `messages.json` records it,
+printed with the prefix src/debug.cc of that release writes), or lines of the real captures in
+tests/data/nccl_logs/real/. The values filled into a format (hosts, addresses, numbers) are
+ours.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clusterenv.cli import main
+from clusterenv.findings import Finding
+from clusterenv.nccl_log import lookup_message, nccl_log_findings, parse_nccl_log
+
+REAL = Path(__file__).parent / "data" / "nccl_logs" / "real"
+EFA = REAL / "nccl-info-aws-p5en-h200-efa-ofi.txt"
+
+
+def info(msg: str, host: str = "node1", pid: int = 100, dev: int = 0) -> str:
+    """An INFO line as src/debug.cc prints it (``%s:%d:%d [%d] NCCL INFO %s``)."""
+    return f"{host}:{pid}:{pid} [{dev}] NCCL INFO {msg}"
+
+
+def warn(msg: str, source: str, host: str = "node1", pid: int = 100) -> str:
+    """A WARN line as src/debug.cc prints it (``%s:%d:%d [%d] %s:%d NCCL WARN %s``)."""
+    return f"{host}:{pid}:{pid} [0] {source} NCCL WARN {msg}"
+
+
+def findings_of(lines: list[str], **options: object) -> list[Finding]:
+    return nccl_log_findings(parse_nccl_log(lines), **options)  # type: ignore[arg-type]
+
+
+def only(findings: list[Finding], code: str) -> Finding:
+    matches = [f for f in findings if f.code == code]
+    assert len(matches) == 1, findings
+    return matches[0]
+
+
+def codes(findings: list[Finding]) -> dict[str, str]:
+    return {f.code: f.severity for f in findings}
+
+
+def cli(tmp_path: Path, lines: list[str], *args: str) -> tuple[int, dict[str, object]]:
+    path = tmp_path / "job.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["nccl-log", "--json", *args, str(path)])
+    return code, json.loads(out.getvalue())
+
+
+def test_every_line_built_here_is_in_the_catalogue() -> None:
+    # the formats this file fills in are NCCL's: each message is found, with its class
+    for text, cls in [
+        ("socketStartConnect: Connect to 10.0.0.2<41234> failed : Connection refused", "socket"),
+        ("socketProgress: Connection closed by remote peer 10.0.0.2<52110>", "socket"),
+        ("Bootstrap : no socket interface found", "interface"),
+        ("Error: network AWS Libfabric not found.", "net-plugin"),
+        ("failed to open CUDA IPC handle : 217 peer access is not supported", "p2p"),
+        ("ncclSocketInit: connecting to address 0.0.0.0<0> with family 0 is neither AF_INET(2) "
+         "nor AF_INET6(10)", "interface"),
+    ]:
+        match = lookup_message(text)
+        assert match is not None and match.cls == cls, text
+
+
+# -- a bootstrap failure chain is fatal -------------------------------------------------------
+
+# "%s:%d -> %d": NCCLCHECK, src/include/checks.h:111 (v2.12.7-1) .. :145 (v2.30.3-1); the second
+# line of the chain is cut after "->" as pasted logs often are.
+BOOTSTRAP_CHAIN = [
+    info("Bootstrap : Using eth0:10.0.0.1<0>"),  # src/bootstrap.cc:119 (v2.23.4-1)
+    warn("socketStartConnect: Connect to 10.0.0.2<41234> failed : Connection refused",
+         "misc/socket.cc:484"),  # src/misc/socket.cc:485 (v2.23.4-1)
+    info("misc/socket.cc:567 -> 2"),
+    info("bootstrap.cc:95 -> 2"),
+    info("init.cc:1450 ->"),
+]
+
+
+def test_a_bootstrap_failure_chain_is_an_error(tmp_path: Path) -> None:
+    code, data = cli(tmp_path, BOOTSTRAP_CHAIN)
+    assert code == 1
+    fatal = only(findings_of(BOOTSTRAP_CHAIN), "log-nccl-error")
+    assert any("misc/socket.cc:567 -> 2 (ncclSystemError)" in e for e in fatal.evidence)
+    # the connection that failed leads; the chain follows from it
+    assert data["cause"]["code"] == "log-connect-timeout"  # type: ignore[index]
+
+
+def test_a_lone_cut_chain_is_an_error() -> None:
+    assert codes(findings_of([info("bootstrap.cc:95 -> 2"), info("init.cc:1450 ->")])) == {
+        "log-nccl-error": "error"}
+
+
+# -- the OOB interface and the subnets are compared across nodes --------------------------------
+
+# "NET/IB : Using%s %s; OOB %s:%s": src/transport/net_ib.cc:247 (v2.12.7-1) .. :839 (v2.28.9-1)
+def ipoib(host: str, address: str) -> list[str]:
+    return [info(f"Bootstrap : Using ib0:{address}<0>", host=host),
+            info(f"NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB ib0:{address}<0>",
+                 host=host)]
+
+
+def test_ipoib_subnets_that_differ_are_an_error_fixed_by_the_ethernet_nic() -> None:
+    lines = [*ipoib("node1", "192.168.10.5"), *ipoib("node2", "192.168.20.5"),
+             warn("socketStartConnect: Connect to 192.168.10.5<41234> failed : No route to host",
+                  "misc/socket.cc:484", host="node2")]
+    findings = findings_of(lines)
+    subnet = [f for f in findings if f.code == "log-mixed-subnet"]
+    assert {f.severity for f in subnet} == {"error"}
+    assert "NCCL_SOCKET_IFNAME=<the Ethernet NIC every node has>" in subnet[0].fix
+    assert findings[0].code == "log-mixed-subnet"
+    assert "node2 has 192.168.20.0/24" in subnet[0].title or "node1 has" in subnet[0].title
+
+
+def test_subnets_that_differ_but_connected_are_no_finding() -> None:
+    lines = [*ipoib("node1", "192.168.10.5"), *ipoib("node2", "192.168.20.5"),
+             info("Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0", host="node2")]
+    assert "log-mixed-subnet" not in codes(findings_of(lines))
+
+
+def test_the_oob_interface_is_compared() -> None:
+    lines = [info("NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB ib0:10.0.0.1<0>"),
+             info("NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.0.0.2<0>", host="node2")]
+    finding = only(findings_of(lines), "log-mixed-interface")
+    assert "OOB interface" in finding.title and "node2 has eth0" in finding.title
+
+
+# -- banners printed without a prefix -----------------------------------------------------------
+
+# NCCL_DEBUG=VERSION/WARN: "NCCL version %s" printed by VERSION() ("%s\n", src/debug.cc), one per
+# process, here behind an Open MPI prefix on one of them
+def test_unprefixed_banners_of_two_versions_are_a_mixed_version_error() -> None:
+    log = parse_nccl_log(["NCCL version 2.18.1+cuda12.1", "[1,0]<stdout>:NCCL version "
+                          "2.18.1+cuda12.1", "NCCL version 2.19.3+cuda12.2"])
+    assert set(log.versions) == {"2.18.1", "2.19.3"} and len(log.banners) == 3
+    finding = only(nccl_log_findings(log), "log-mixed-version")
+    assert finding.severity == "error"
+    assert any("printed without a host prefix" in e for e in finding.evidence)
+
+
+def test_banners_of_one_version_are_fine() -> None:
+    log = parse_nccl_log(["NCCL version 2.18.1+cuda12.1", "NCCL version 2.18.1+cuda12.1"])
+    assert nccl_log_findings(log) == [] and log.lines_matched == 2
+
+
+# -- network plugins ----------------------------------------------------------------------------
+
+def test_plugin_rejected_as_too_old_on_one_node_loaded_on_another() -> None:
+    lines = [
+        # src/net.cc:471 (v2.19.1-1): "NET/Plugin: Loaded net plugin %s (v6)"
+        info("NET/Plugin: Loaded net plugin AWS Libfabric (v6)"),
+        info("Using network AWS Libfabric"),
+        # src/net.cc:457 (v2.22.3-1)
+        info("NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin symbols v4 "
+             "and lower are not supported.", host="node2"),
+        info("Using network IB", host="node2"),
+    ]
+    findings = findings_of(lines)
+    assert findings[0].severity == "error"
+    assert findings[0].code in ("log-plugin-load", "log-mixed-transport")
+    transport = only(findings, "log-mixed-transport")
+    assert any(e.startswith("because net plugin differs") for e in transport.evidence)
+    assert "same network plugin" in transport.fix
+    plugin = only(findings, "log-mixed-plugin")
+    assert "node2 has rejected" in plugin.title
+
+
+GLIBC = ("/lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not found (required by "
+         "/opt/amazon/ofi-nccl/lib/libnccl-net.so)")
+
+
+def test_a_dlopen_error_is_the_cause_of_network_not_found() -> None:
+    lines = [info("NCCL_NET set by environment to AWS Libfabric"),
+             # src/net.cc:127 (v2.12.7-1) .. :360 (v2.20.5-1)
+             info(f"NET/Plugin : Plugin load returned 2 : {GLIBC}."),
+             # src/net.cc:195 (v2.12.7-1) .. :937 (v2.25.1-1)
+             warn("Error: network AWS Libfabric not found.", "net.cc:627"),
+             info("init.cc:1450 -> 5")]
+    findings = findings_of(lines)
+    lead = findings[0]
+    assert (lead.code, lead.severity) == ("log-plugin-load", "error")
+    assert "GLIBC_2.34" in lead.fix
+    assert any("network AWS Libfabric not found" in e for e in lead.evidence)
+
+
+def test_a_missing_plugin_library_is_not_a_failure() -> None:
+    lines = [info("NET/Plugin : Plugin load returned 2 : libnccl-net.so: cannot open shared "
+                  "object file: No such file or directory."),
+             info("NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB ib0:10.0.0.1<0>"),
+             info("Using network IB")]
+    assert findings_of(lines) == []
+
+
+def test_a_process_whose_using_network_line_is_cut_used_its_plugin_network() -> None:
+    # the real EFA capture: 8h200-3's "Using network Libfabric" is not in the excerpt, its
+    # NET/OFI lines say the plugin selected efa
+    log = parse_nccl_log(EFA.read_text(encoding="utf-8").splitlines())
+    assert [r.transport for r in log.ranks] == ["Libfabric", "Libfabric"]
+    assert "log-mixed-transport" not in codes(nccl_log_findings(log))
+
+
+# -- "family N is neither AF_INET nor AF_INET6" ---------------------------------------------------
+
+# src/misc/socket.cc:703 (v2.16.2-1) .. :585 (v2.30.7-1)
+FAMILY = ("ncclSocketInit: connecting to address {0} with family {1} is neither AF_INET(2) nor "
+          "AF_INET6(10)")
+
+
+def test_family_0_with_a_plugin_in_the_log_is_mixed_networks_not_an_interface() -> None:
+    lines = [info("NET/Plugin: Loaded net plugin GPUDirectTCPX (v7)"),
+             info("Using network GPUDirectTCPX"),
+             warn(FAMILY.format("0.0.0.0<0>", 0), "misc/socket.cc:703", host="node2")]
+    finding = only(findings_of(lines), "log-address-family")
+    assert finding.severity == "error"
+    assert "same network plugin" in finding.fix
+    assert "NCCL_SOCKET_IFNAME does not fix this" in finding.fix
+
+
+def test_family_error_with_an_ifname_that_matched_nothing() -> None:
+    lines = [info("NCCL_SOCKET_IFNAME set by environment to ens9"),
+             warn(FAMILY.format("<unknown>", 12345), "misc/socket.cc:703")]
+    finding = only(findings_of(lines), "log-address-family")
+    assert "NCCL_SOCKET_IFNAME=ens9 matched no interface" in finding.title
+    assert "name an interface that exists" in finding.fix
+
+
+# -- exception text without the word NCCL ------------------------------------------------------
+
+TORCH_BLOCK = [
+    # NCCLUtils.hpp C10D_NCCL_CHECK (pytorch@aac9c44) and getNcclErrorDetailStr (pytorch@37ee6bc)
+    "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+    "NCCLUtils.hpp:275, internal error - please report this issue to the NCCL developers, NCCL "
+    "version 2.19.3",
+    "[rank1]: ncclInternalError: Internal check failed.",
+    "[rank1]: Last error:",
+    # src/bootstrap.cc:37 (v2.4.8-1) .. :126 (v2.30.7-1)
+    "[rank1]: Bootstrap : no socket interface found",
+]
+
+
+def test_exception_lines_without_nccl_are_read(tmp_path: Path) -> None:
+    log = parse_nccl_log(TORCH_BLOCK[1:])
+    assert log.lines_matched == 3
+    assert [(m.kind, m.cls) for m in log.errors] == [("nccl-error", "torch-nccl"),
+                                                     ("no-interface", "interface")]
+    code, data = cli(tmp_path, TORCH_BLOCK)
+    assert code == 1 and data["cause"]["code"] == "log-no-interface"  # type: ignore[index]
+
+
+def test_last_error_text_the_catalogue_does_not_know_is_kept() -> None:
+    log = parse_nccl_log(["[rank0]: Last error:", "[rank0]: something NCCL never printed"])
+    assert [(m.text, m.kind) for m in log.errors] == [("something NCCL never printed",
+                                                       "last-error")]
+
+
+def test_a_log_with_nothing_recognised_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    path.write_text("epoch 1 loss 2.3\nepoch 2 loss 2.1\n", encoding="utf-8")
+    assert main(["nccl-log", str(path)]) == 2
+
+
+# -- Connection closed by remote peer ------------------------------------------------------------
+
+# src/misc/socket.cc:49 (v2.16.2-1) .. :58 (v2.30.7-1)
+CLOSED = "socketProgress: Connection closed by remote peer 10.0.0.2<52110>"
+
+
+def test_a_close_leads_over_an_out_of_memory_after_it() -> None:
+    lines = [info("NCCL version 2.21.5+cuda12.4"),
+             warn(CLOSED, "misc/socket.cc:50"),
+             info("misc/socket.cc:753 -> 6"),
+             # "Failed to CUDA calloc %ld bytes": src/include/alloc.h:105 (v2.14.3-1) .. :493
+             warn("Failed to CUDA calloc 8388608 bytes", "include/alloc.h:121"),
+             info("proxy.cc:1493 -> 2")]
+    findings = findings_of(lines)
+    assert findings[0].code == "log-peer-closed"
+    assert "its process exited" in findings[0].title
+    assert "log-nccl-message" in codes(findings)  # the allocation failure, after it
+
+
+def test_a_close_at_bootstrap_accept_with_nothing_else_is_a_foreign_client() -> None:
+    lines = [info("NCCL version 2.21.5+cuda12.4"),
+             info("Bootstrap : Using eth0:10.0.0.1<0>"),
+             warn(CLOSED, "misc/socket.cc:50"),
+             info("misc/socket.cc:752 -> 6"), info("misc/socket.cc:428 -> 6"),
+             info("bootstrap.cc:252 -> 6")]
+    lead = findings_of(lines)[0]
+    assert lead.code == "log-peer-closed" and "not NCCL" in lead.title
+    assert "2.30.7" in lead.fix
+    newer = [line.replace("2.21.5", "2.30.7") for line in lines]
+    assert "not NCCL" not in findings_of(newer)[0].title
+
+
+# -- CUDA failures inside a node ------------------------------------------------------------------
+
+def test_cuda_ipc_failure_leads_over_the_frameworks_error() -> None:
+    lines = [
+        # src/transport/p2p.cu:547 (v2.3.5-5) .. src/transport/p2p.cc:275 (v2.7.8-1)
+        warn("failed to open CUDA IPC handle : 217 peer access is not supported",
+             "transport/p2p.cc:275"),
+        info("transport/p2p.cc:298 -> 1"),
+        TORCH_BLOCK[0].replace("internal error - please report this issue to the NCCL "
+                               "developers", "unhandled cuda error (run with NCCL_DEBUG=INFO "
+                               "for details)"),
+    ]
+    findings = findings_of(lines)
+    lead = findings[0]
+    assert (lead.code, lead.severity) == ("log-nccl-message", "error")
+    assert "peer-to-peer" in lead.title and "NCCL_P2P_DISABLE=1" in lead.fix
+    assert findings[1].code == "log-nccl-error"
+    assert any("follows from the first failure" in e for e in findings[1].evidence)
+
+
+def test_a_fatal_condition_printed_at_info_is_read() -> None:
+    # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
+    lines = [info("NCCL version 2.25.1+cuda12.8"),
+             info("ncclMaxSharedMem 77312 exceeds device/fn maxSharedMem 73728")]
+    finding = only(findings_of(lines), "log-nccl-message")
+    assert finding.severity == "error"
+    assert "older than the GPU" in finding.fix
+
+
+# -- single-host logs ---------------------------------------------------------------------------
+
+def single_host(interface: str, address: str) -> list[str]:
+    return [line for rank in (0, 1) for line in (
+        info(f"Bootstrap : Using {interface}:{address}<0>", host="box", pid=10 + rank, dev=rank),
+        # src/init.cc "comm %p rank %d nranks %d cudaDev %d busId %lx - Init COMPLETE"
+        info(f"comm 0x55 rank {rank} nranks 2 cudaDev {rank} busId 1000 - Init COMPLETE",
+             host="box", pid=10 + rank, dev=rank))]
+
+
+@pytest.mark.parametrize(("interface", "address"), [("tun0", "10.8.0.2"), ("docker0",
+                                                     "172.17.0.1"), ("veth12ab", "10.1.0.2")])
+def test_single_host_logs_get_no_multi_node_alarms(interface: str, address: str) -> None:
+    log = parse_nccl_log(single_host(interface, address))
+    assert log.multi_node is False
+    assert nccl_log_findings(log) == []
+
+
+def test_the_bootstrap_interface_is_not_called_unused() -> None:
+    lines = [line for host, n in (("node1", 2), ("node2", 3)) for line in (
+        info(f"Bootstrap : Using ens1:10.65.0.{n}<0>", host=host),
+        info(f"NET/Socket : Using [0]ens1:10.65.0.{n}<0> [1]eth0:172.20.0.{n}<0>", host=host))]
+    finding = only(findings_of(lines), "log-bootstrap-management")
+    assert not any("did not use it for bootstrap" in e for e in finding.evidence)
+
+
+def test_any_unreachable_entry_of_a_socket_list_is_flagged() -> None:
+    # the one channel line in the log goes through [0]; NCCL spreads channels over all entries,
+    # and a log rarely shows every channel ("Channel %02d/%d : %d[%d] -> %d[%d] [%s] via
+    # NET/%s/%d%s%s": src/transport/net.cc)
+    lines = [info("NET/Socket : Using [0]eno1:10.0.0.1<0> [1]veth1:fe80::1%veth1<0>"),
+             info("NET/Socket : Using [0]eno1:10.0.0.2<0> [1]veth1:fe80::1%veth1<0>",
+                  host="node2"),
+             info("Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0"),
+             info("Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Socket/0", host="node2")]
+    finding = only(findings_of(lines), "log-bootstrap-management")
+    assert "veth1" in finding.title and finding.severity == "warning"
+
+
+# -- RoCE -----------------------------------------------------------------------------------------
+
+ROCE = info("NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>")
+
+
+@pytest.mark.parametrize("version", [None, "2.19.3"])
+def test_a_qp_failure_before_2_21_with_the_gid_unset_gets_the_gid_hint(version: str | None) -> None:
+    lines = [*([info(f"NCCL version {version}+cuda12.2")] if version else []), ROCE,
+             # "Call to %s failed with error %s": src/misc/ibvwrap.cc (IBV_INT_CHECK_RET_ERRNO)
+             warn("Call to ibv_modify_qp failed with error Connection timed out",
+                  "misc/ibvwrap.cc:106")]
+    finding = only(findings_of(lines), "log-ib-qp-failure")
+    assert "set NCCL_IB_GID_INDEX to the RoCE v2 IPv4 GID index" in finding.fix
+
+
+def test_a_qp_failure_on_2_21_does_not_blame_the_gid() -> None:
+    lines = [info("NCCL version 2.21.5+cuda12.4"), ROCE,
+             warn("Call to ibv_modify_qp failed with error Connection timed out",
+                  "misc/ibvwrap.cc:106")]
+    fix = only(findings_of(lines), "log-ib-qp-failure").fix
+    assert "NCCL 2.21 or newer chooses the RoCE v2 GID itself" in fix
+    assert "set NCCL_IB_GID_INDEX" not in fix and "set it to" not in fix
+
+
+def test_init_to_rtr_timeout_on_valid_roce_v2_gids_suggests_rail_pairing() -> None:
+    # "Call to ibv_modify_qp failed with %d %s, %s": src/misc/ibvwrap.cc:291 (v2.24.3-1), the
+    # second %s as ibvModifyQpLog writes it
+    lines = [info("NCCL version 2.27.5+cuda12.9"), ROCE, warn(
+        "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_1:1, curr state "
+        "INIT, next state RTR, local GID index 3, local GID ::ffff:10.1.1.2, remote GID "
+        "::ffff:10.2.1.3", "misc/ibvwrap.cc:301")]
+    finding = only(findings_of(lines), "log-ib-qp-failure")
+    assert finding.fix.startswith("pair the NICs rail by rail: export NCCL_CROSS_NIC=0")
+
+
+def test_an_iwarp_device_listed_as_roce_beside_mlx5() -> None:
+    lines = [info("NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [2]irdma0:1/RoCE [RO]; "
+                  "OOB eth0:10.0.0.1<0>")]
+    finding = only(findings_of(lines), "log-mixed-rdma-driver")
+    assert "irdma0 (irdma)" in finding.title
+    assert "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1" in finding.fix
+
+
+def test_flush_first_in_the_log_on_ib_with_gpudirect_is_acs() -> None:
+    lines = [info("NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB ib0:10.0.0.1<0>"),
+             info("Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA"),
+             # "NET/IB : Got completion from peer %s with error %d, opcode %d, len %d, vendor err
+             # %d (%s)": src/transport/net_ib.cc:1294 (v2.18.1-1) .. :1333 (v2.19.4-1)
+             warn("NET/IB : Got completion from peer 10.0.0.2<46045> with error 5, opcode 0, "
+                  "len 0, vendor err 244 (Recv)", "transport/net_ib.cc:1323")]
+    lead = findings_of(lines)[0]
+    assert lead.code == "log-ib-completion-error" and "ACS or the IOMMU" in lead.title
+
+
+# -- plugin data-path warnings --------------------------------------------------------------------
+
+def test_a_tcp_offload_timeout_gets_a_reading() -> None:
+    # "%p:%p, nic %d, %s, %s %s ctrl timeout cnt %lu, nanos %lu": GPUDirect-TCPX
+    # src/net_tcpx.cc:1238 (4b8ea7f); plugins pass __PRETTY_FUNCTION__ as the WARN's file
+    line = ("node1:100:120 [0] ncclResult_t tcpxTest(void*, int*, int*):1238 NCCL WARN "
+            "0x7f21:0x7f22, nic 2, 10.0.0.1<34567>, rx ctrl, tcpxRecv ctrl timeout cnt 3, nanos "
+            "10000000000")
+    log = parse_nccl_log([line, line.replace("cnt 3", "cnt 4")])
+    assert next((m.cls, m.source) for m in log.warnings) == (
+        "tcp-offload", "ncclResult_t tcpxTest(void*, int*, int*):1238")
+    finding = only(nccl_log_findings(log), "log-nccl-message")
+    assert finding.severity == "warning" and "TCP data-path plugin" in finding.title
+
+
+def test_every_catalogued_warning_is_explained() -> None:
+    # a catalogued message never ends up "unexplained": one per class, quoted with its origin
+    lines = [warn("PARAM: Duplicate registration for key \"x\", ignoring.",
+                  "param/param_registry.cc:40"),
+             warn("NCCL_WORK_FIFO_DEPTH=3 is being ignored because it is not a power of 2.",
+                  "init.cc:420")]
+    log = parse_nccl_log(lines)
+    assert all(m.cls for m in log.warnings)
+    found = nccl_log_findings(log)
+    assert "log-nccl-warning" not in codes(found)
+    assert any("printed by src/" in e for f in found for e in f.evidence)
+
+
+def test_json_carries_each_messages_class(tmp_path: Path) -> None:
+    _, data = cli(tmp_path, BOOTSTRAP_CHAIN)
+    warnings = data["warnings"]
+    assert isinstance(warnings, list)
+    assert warnings[0]["cls"] == "socket" and "src/misc/socket.cc" in warnings[0]["origin"]
+
+

@@ -1,0 +1,265 @@
+"""Reading C/C++ sources for log calls: comments out, call arguments split, format strings found.
+
+Pure functions over text, used by ``tools/nccl_messages.py``. Nothing here knows NCCL: the macro
+names and the position of the format argument come from the caller.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["LogCall", "format_to_regex", "literal_length", "log_calls", "strip_comments"]
+
+_SPECIAL = re.compile(r"[\"'/]")
+# the <inttypes.h> macros that format strings concatenate ("%" PRIu64): their expansion on
+# Linux x86-64/aarch64, where NCCL runs
+_PRI = {
+    "PRId64": "ld", "PRIi64": "li", "PRIu64": "lu", "PRIx64": "lx", "PRIX64": "lX",
+    "PRId32": "d", "PRIi32": "i", "PRIu32": "u", "PRIx32": "x", "PRIX32": "X",
+    "PRIu16": "hu", "PRIx16": "hx", "PRIu8": "hhu", "PRIx8": "hhx",
+    "PRIuPTR": "lu", "PRIxPTR": "lx", "PRIdPTR": "ld",
+}
+_TOKEN = re.compile(
+    r"\s+|(?:u8|L|u|U)?\"((?:[^\"\\\n]|\\.)*)\"|([A-Za-z_]\w*)|(.)", re.S
+)
+_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|.)", re.S)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f",
+                   "v": "\v", "\\": "\\", '"': '"', "'": "'", "?": "?", "e": "\x1b"}
+#: printf conversion: flags, width, precision, length, conversion
+CONVERSION = re.compile(
+    r"%([-+ #0']*)(\*|[0-9]+)?(?:\.(\*|[0-9]*))?(hh|h|ll|l|L|q|j|z|Z|t)?([diouxXeEfFgGaAcspnm%])"
+)
+# The text a conversion prints, as a regular expression. Numbers may be padded with spaces
+# (a width); strings are anything, matched lazily so that the literal after them anchors them.
+_CONVERSION_REGEX = {
+    "d": r"\s*[-+]?[0-9]+", "i": r"\s*[-+]?[0-9]+", "u": r"\s*[0-9]+", "o": r"\s*[0-7]+",
+    "x": r"\s*(?:0x)?[0-9a-fA-F]+", "X": r"\s*(?:0X)?[0-9a-fA-F]+",
+    "e": r"\s*[-+]?(?:[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)",
+    "f": r"\s*[-+]?(?:[0-9.]+|nan|inf)", "g": r"\s*[-+]?(?:[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)",
+    "c": r".", "p": r"(?:0x[0-9a-fA-F]+|\(nil\)|0)",
+}
+
+
+def strip_comments(text: str) -> str:
+    """``text`` with its ``//`` and ``/* */`` comments blanked (newlines kept, so line numbers
+    stay), string and character literals untouched."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        match = _SPECIAL.search(text, i)
+        j = match.start() if match else n
+        out.append(text[i:j])
+        if j >= n:
+            break
+        c = text[j]
+        if c in "\"'":
+            k = j + 1
+            while k < n and text[k] != c and text[k] != "\n":
+                k += 2 if text[k] == "\\" else 1
+            out.append(text[j : k + 1])
+            i = k + 1
+        elif text.startswith("//", j):
+            k = text.find("\n", j)
+            k = n if k < 0 else k
+            out.append(" " * (k - j))
+            i = k
+        elif text.startswith("/*", j):
+            k = text.find("*/", j + 2)
+            k = n if k < 0 else k + 2
+            out.append(re.sub(r"[^\n]", " ", text[j:k]))
+            i = k
+        else:
+            out.append(c)
+            i = j + 1
+    return "".join(out)
+
+
+def _arguments(text: str, open_paren: int, limit: int = 8000) -> tuple[list[str], int] | None:
+    """The top-level arguments of the call whose ``(`` is at ``open_paren``, and the index after
+    its ``)``; None when it does not close within ``limit`` characters."""
+    depth = 0
+    start = open_paren + 1
+    args: list[str] = []
+    i, end = open_paren, min(len(text), open_paren + limit)
+    while i < end:
+        c = text[i]
+        if c in "\"'":
+            k = i + 1
+            while k < end and text[k] != c and text[k] != "\n":
+                k += 2 if text[k] == "\\" else 1
+            i = k + 1
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                args.append(text[start:i])
+                return args, i + 1
+        elif c == "," and depth == 1:
+            args.append(text[start:i])
+            start = i + 1
+        i += 1
+    return None
+
+
+def _unescape(body: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        code = match.group(1)
+        if code[0] == "x":
+            return chr(int(code[1:], 16))
+        if code[0] in "01234567":
+            return chr(int(code, 8))
+        return _SIMPLE_ESCAPES.get(code, code)
+
+    return _ESCAPE.sub(one, body)
+
+
+def format_string(expression: str) -> str | None:
+    """The format a C expression of adjacent string literals spells (``"Call to " name
+    " failed"`` -> ``"Call to %s failed"``: a macro parameter or other identifier between
+    literals stands for a string); None when it is not such an expression (a variable, a
+    ternary, a function call)."""
+    parts: list[str] = []
+    literal = False
+    for match in _TOKEN.finditer(expression.strip()):
+        body, name, other = match.groups()
+        if body is not None:
+            parts.append(_unescape(body))
+            literal = True
+        elif name is not None:
+            # "%" PRIu64 -> "%lu"; any other name is a macro parameter or a constant string
+            parts.append(_PRI.get(name, "%s"))
+        elif other is not None:
+            return None
+    if not literal:
+        return None
+    return "".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class LogCall:
+    """One log call found in a source file.
+
+    Attributes:
+        macro: The macro called, e.g. ``"WARN"``.
+        line: 1-based line of the call.
+        format: Its format string, e.g. ``"Call to %s failed: %s"``.
+        returns: What the code does right after it, within the same block: the ``ncclResult_t``
+            it returns or assigns (``"ncclSystemError"``), ``"continues"`` when it returns
+            success or carries on, ``""`` when that cannot be told from the text.
+    """
+
+    macro: str
+    line: int
+    format: str
+    returns: str
+
+
+_RESULT = re.compile(
+    r"\breturn\s+(nccl\w+)|\b\w+\s*=\s*(nccl(?:\w+Error|InProgress))\b|\breturn\s*;"
+    r"|\b(continue|break)\s*;|\breturn\s+([A-Za-z_]\w*)"
+)
+
+
+def _after(text: str, start: int, limit: int = 600) -> str:
+    """What the code does after a call: the first result it returns or assigns before its block
+    ends."""
+    depth = 0
+    end = min(len(text), start + limit)
+    i = start
+    while i < end:
+        c = text[i]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth < 0:
+                break
+        i += 1
+    window = text[start:i]
+    for match in _RESULT.finditer(window):
+        returned, assigned, loop, variable = match.group(1), match.group(2), match.group(3), \
+            match.group(4)
+        result = returned or assigned
+        if result:
+            return "continues" if result == "ncclSuccess" else result
+        if loop:
+            return "continues"
+        if variable:
+            return ""  # `return ret;`: the value is not in the text
+        return "continues"  # `return;` from a void function
+    return "continues" if i < end else ""
+
+
+def log_calls(text: str, macros: dict[str, int]) -> Iterator[LogCall]:
+    """Every call of ``macros`` (name -> index of the format argument) in a source file whose
+    format is a string literal (calls with a computed format are skipped)."""
+    code = strip_comments(text)
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, macros)) + r")\s*\(")
+    for match in pattern.finditer(code):
+        line_start = code.rfind("\n", 0, match.start()) + 1
+        if code[line_start : match.start()].lstrip().startswith("#define"):
+            continue  # the macro's own definition
+        parsed = _arguments(code, match.end() - 1)
+        if parsed is None:
+            continue
+        args, end = parsed
+        index = macros[match.group(1)]
+        if len(args) <= index:
+            continue
+        fmt = format_string(args[index])
+        if fmt is None:
+            continue
+        yield LogCall(match.group(1), code.count("\n", 0, match.start()) + 1, fmt,
+                      _after(code, end))
+
+
+def first_line(fmt: str) -> str:
+    """The part of a format that starts its log line: NCCL prints the rest (after ``\\n``) on
+    lines of their own, without a prefix."""
+    return fmt.strip("\n").split("\n", 1)[0].strip()
+
+
+def literal_length(fmt: str) -> int:
+    """Characters of ``fmt`` that are fixed text (letters and digits only), e.g. 12 for
+    ``"Call to %s failed: %s"``; what makes a format recognisable."""
+    return sum(ch.isalnum() for ch in CONVERSION.sub("", fmt))
+
+
+_SPECIAL_CHARS = re.compile(r"([.^$*+?{}\[\]\\|()])")
+
+
+def _escape(text: str) -> str:
+    """``re.escape`` without escaping spaces and punctuation that mean nothing to ``re``."""
+    return _SPECIAL_CHARS.sub(r"\\\1", text)
+
+
+def format_to_regex(fmt: str) -> str:
+    """A regular expression for the text that ``fmt`` prints, one group per conversion.
+
+    ``"Connect to %s failed : %s"`` -> ``r"Connect\\ to\\ (.*?)\\ failed\\ :\\ (.*?)"``; numbers
+    become digit groups, ``%p`` a pointer, ``%s``/``%m``/``%.*s`` any text.
+    """
+    out: list[str] = []
+    pos = 0
+    for match in CONVERSION.finditer(fmt):
+        out.append(_escape(fmt[pos : match.start()]))
+        pos = match.end()
+        flags, conversion = match.group(1), match.group(5)
+        if conversion == "%":
+            out.append("%")
+        elif conversion == "n":
+            continue
+        elif conversion in "sm":
+            out.append("(.*?)")
+        else:
+            regex = _CONVERSION_REGEX.get(conversion.lower() if conversion in "EFGA" else
+                                          conversion, ".*?")
+            if "#" in flags and conversion in "xX":
+                regex = regex.replace("(?:0x)?", "0x").replace("(?:0X)?", "0X")
+            out.append(f"({regex})")
+    out.append(_escape(fmt[pos:]))
+    return "".join(out)
