@@ -20,6 +20,7 @@ from clusterenv.bench import (
     busbw_gbs,
     conclude,
     format_size,
+    nothing_to_draw,
     parse_size,
     parse_sizes,
     rails_in_use,
@@ -430,6 +431,50 @@ def test_svg_escapes_names_and_handles_one_size_and_no_line_rate() -> None:
     assert not root.findall(f".//{SVG}line[@class='line-rate']")
     assert all(math.isfinite(float(p.attrib["cx"]))
                for p in root.findall(f".//{SVG}circle"))
+
+
+@pytest.mark.parametrize("nodes", [3, 16])
+def test_svg_writes_each_bars_value_and_names_its_node_by_host_and_address(nodes: int) -> None:
+    # Tooltips are lost in a PNG or a paste: the numbers and names are written out, across
+    # wide bars and turned under narrow ones.
+    root = picture([node(n) for n in range(nodes)], 2, [1 << 20, 1 << 22])
+    bars = root.findall(f".//{SVG}rect[@class='bar']")
+    values = {v.attrib["data-node"]: v.text for v in root.findall(f".//{SVG}text[@class='value']")
+              if "data-node" in v.attrib}
+    for bar in bars:
+        assert values[bar.attrib["data-node"]] == f"{float(bar.attrib['data-gbps']):.3g}"
+    labels = [" ".join(t.text or "" for t in root.findall(
+        f".//{SVG}text[@class='node-label'][@data-node='{n}']")) for n in range(nodes)]
+    for n, label in enumerate(labels):
+        assert f"node {n}" in label and f"node-{n}" in label and f"10.65.0.{2 + n}" in label
+    points = {t.attrib["data-size"]: t.text for t in root.findall(f".//{SVG}text[@class='value']")
+              if "data-size" in t.attrib}
+    for point in root.findall(f".//{SVG}circle[@class='point']"):
+        assert points[point.attrib["data-size"]] == \
+            f"{float(point.attrib['data-busbw-gbps']):.3g}"
+    assert [t.attrib["data-node"] for t in root.findall(f".//{SVG}text[@class='slow-label']")] \
+        == ["2"]
+
+
+def test_svg_of_one_node_draws_no_empty_panel_and_one_rank_no_picture() -> None:
+    one_node = conclude(backend="gloo", device="cpu", world_size=2,
+                        nodes=[NodeInfo(0, "node-0", "10.65.0.2", "ens1", "gloo",
+                                        LineRate((Rail("ens1", "interface", 10.0),)), (0, 1))],
+                        sizes=[(1 << 20, 1e-3, 3)], transfers=[], min_fraction=0.5)
+    root = ET.fromstring(render_svg(one_node))  # noqa: S314 - our own output
+    title = root.findtext(f"{SVG}title") or ""
+    assert title.startswith("clusterenv bench: 1 node, 2 ranks, gloo"), title
+    assert len(root.findall(f".//{SVG}circle[@class='point']")) == 1
+    assert not root.findall(f".//{SVG}rect[@class='bar']")
+    texts = [t.text or "" for t in root.iter(f"{SVG}text")]
+    assert not any("link" in t for t in texts), texts
+    assert not any("line rate" in t for t in texts)  # a NIC's rate: not this all-reduce's
+    assert nothing_to_draw(one_node) is None
+    one_rank = conclude(backend="gloo", device="cpu", world_size=1, nodes=[node(0)],
+                        sizes=[(1 << 20, 1e-6, 3)], transfers=[], min_fraction=0.5)
+    assert nothing_to_draw(one_rank) == "one rank on one node measured nothing"
+    report = render_report(one_rank)
+    assert report.splitlines()[1].startswith("nothing to measure across nodes here")
 
 
 def test_a_result_survives_json() -> None:

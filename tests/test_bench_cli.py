@@ -4,6 +4,7 @@ the value and exit 2, and one CPU node measures with a real torchrun (no links t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,12 @@ def bench(*args: str, env: dict[str, str] | None = None,
     return subprocess.run([sys.executable, "-m", "clusterenv", "bench", *args],
                           capture_output=True, text=True, env=env or base_env(), cwd=REPO,
                           timeout=timeout, check=False)
+
+
+def scratch_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment with a TMPDIR of its own, to see which files a run leaves behind."""
+    (tmp_path / "tmpdir").mkdir(exist_ok=True)
+    return {**base_env(), "TMPDIR": str(tmp_path / "tmpdir"), **extra}
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -63,9 +70,19 @@ def test_one_cpu_node_measures_all_reduce_and_has_no_links(tmp_path: Path) -> No
     assert all(s["busbw_gbs"] == s["algbw_gbs"] > 0 for s in report["sizes"])
     assert all(s["busbw_fraction"] is None for s in report["sizes"])
     assert "all-reduce 64K" in result.stderr  # progress on stderr
-    assert plot.read_text().startswith("<svg")
+    # The picture has the all-reduce curve and no empty link panel.
+    picture = plot.read_text()
+    assert picture.startswith("<svg") and "1 node, 2 ranks" in picture
+    assert picture.count('class="point"') == 2
+    assert 'class="bar"' not in picture and "link bandwidth" not in picture
     text = bench("--nproc-per-node", "2", "--sizes", "64K", "--iters", "1")
     assert text.returncode == 0 and "all-reduce (nccl-tests definitions" in text.stdout
+    # One line says what one node measured, and what it cannot.
+    assert ("nothing to measure across nodes here: one node has no link to another"
+            in text.stdout)
+    assert ("the all-reduce below ran between this node's 2 processes over TCP inside this "
+            "host, not over the network") in text.stdout
+    assert "line rate" not in text.stdout  # a NIC's rate says nothing about one node
 
 
 @pytest.mark.usefixtures("torch_required")
@@ -78,10 +95,54 @@ def test_one_rank_times_nothing_and_says_why(tmp_path: Path) -> None:
     assert report["world_size"] == 1 and report["sizes"] == []
     assert [f["code"] for f in report["findings"]] == ["bench-one-rank"]
     assert "all-reduce 64K" not in result.stderr and "nothing to time" in result.stderr
-    assert plot.read_text().startswith("<svg")
+    # Nothing measured, no picture: no empty axes from 0 to 1e-09 Gb/s.
+    assert not plot.exists()
+    assert f"--plot {plot}: no picture written: one rank on one node measured nothing" \
+        in result.stderr
+    assert "1 node, 1 rank, gloo" in result.stderr
     text = bench("--sizes", "64K", "--iters", "1")
     assert text.returncode == 0 and "algbw" not in text.stdout
     assert "one rank: an all-reduce moves no data" in text.stdout
+    assert text.stdout.startswith("1 node x 1 process, gloo on cpu,")
+    assert "nothing to measure across nodes here" in text.stdout
+
+
+@pytest.mark.usefixtures("torch_required")
+def test_the_childrens_teardown_output_stays_out_of_the_terminal(tmp_path: Path) -> None:
+    # torch's C++ log at INFO prints, among others, what its store says while shutting down
+    # (TCPStoreLibUvBackend.cpp: "uv_loop_close failed ... resource busy", after the result
+    # is written), and torchrun prints its OMP_NUM_THREADS banner: the output a user saw as
+    # a stack trace after a good run. Only the workers' progress lines reach stderr; the rest
+    # is in a log that is removed after a run that ended well.
+    env = scratch_env(tmp_path, TORCH_CPP_LOG_LEVEL="INFO")
+    args = ("--nproc-per-node", "2", "--sizes", "64K", "--iters", "1")
+    quiet = bench(*args, env=env)
+    assert quiet.returncode == 0, quiet.stderr
+    lines = quiet.stderr.splitlines()
+    assert lines and all(line.startswith("clusterenv bench: ") for line in lines), lines
+    assert os.listdir(tmp_path / "tmpdir") == []
+    loud = bench(*args, "--debug", env=env)
+    assert loud.returncode == 0, loud.stderr
+    assert "[c10d]" in loud.stderr and "TCPStoreLibUvBackend" in loud.stderr, loud.stderr
+    assert "OMP_NUM_THREADS" in loud.stderr
+    assert "clusterenv bench: all-reduce 64K" in loud.stderr
+
+
+@pytest.mark.usefixtures("torch_required")
+def test_a_failed_run_says_why_in_one_line_and_keeps_torchruns_output(tmp_path: Path) -> None:
+    # Gloo cannot bind to an interface that does not exist: every worker dies with a Python
+    # traceback from c10d ("Unable to find address for: nosuch0", gloo's tcp/device.cc).
+    env = scratch_env(tmp_path, GLOO_SOCKET_IFNAME="nosuch0")
+    result = bench("--nproc-per-node", "2", "--sizes", "64K", "--iters", "1", env=env)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    said = " ".join(result.stderr.split())  # the message is folded to the terminal's width
+    assert "the workers did not report a result (torchrun exited 1)" in said
+    assert "Unable to find address for: nosuch0" in said
+    (log,) = os.listdir(tmp_path / "tmpdir")
+    kept = tmp_path / "tmpdir" / log
+    assert f"torchrun's whole output is in {kept}" in said
+    assert "Traceback" in kept.read_text()
 
 
 @pytest.mark.usefixtures("torch_required")

@@ -62,8 +62,8 @@ def test_kept_values_are_commented_on_stderr_only(tmp_path: Path) -> None:
     assert "export GLOO_SOCKET_IFNAME='ens1'" in overridden.stdout
     # The replaced value is reported as replaced, with the true reason, and no longer as an
     # error: the job will not see it.
-    assert ("# overriding GLOO_SOCKET_IFNAME='eth0' with 'ens1': override=True replaced it (in "
-            "the environment): GLOO_SOCKET_IFNAME='eth0' selects eth0 (Runpod's management "
+    assert ("# overriding GLOO_SOCKET_IFNAME='eth0' with 'ens1': you asked to override the value "
+            "set in the environment: GLOO_SOCKET_IFNAME='eth0' selects eth0 (Runpod's management "
             "interface); 'ens1': ens1 holds NODE_ADDR 10.65.0.2") in overridden.stderr
     assert "filter-selects-avoided" not in overridden.stderr
 
@@ -149,7 +149,7 @@ def test_doctor_exit_codes_and_strict(tmp_path: Path, capsys: pytest.CaptureFixt
     broken = b0(tmp_path / "broken", environ={**B0_ENV, "NCCL_SOCKET_IFNAME": "eth0"}).root
     assert main(["doctor", "--root", str(broken), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"config", "assumed", "findings", "summary"}
+    assert set(data) == {"versions", "config", "assumed", "findings", "summary"}
     assert data["assumed"]["source"].startswith("runpod (")
     assert data["assumed"]["layout"] == "2 nodes x 8 processes per node (16 in the job)"
     assert data["summary"]["error"] >= 1
@@ -162,8 +162,8 @@ def test_show_json_has_every_part(tmp_path: Path, capsys: pytest.CaptureFixture[
     roce_node(tmp_path, rails=2)
     assert main(["show", "--root", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["config", "network", "rdma", "host", "plan", "nccl_bootstrap",
-                          "findings"]
+    assert list(data) == ["versions", "config", "network", "rdma", "host", "plan",
+                          "nccl_bootstrap", "findings"]
     assert data["config"]["source"] == "runpod"
     # A snapshot is not this host: NCCL is not asked, the prediction says so.
     boot = data["nccl_bootstrap"]

@@ -55,6 +55,29 @@ def test_a_reader_that_leaves_never_turns_an_error_into_success(tmp_path: Path) 
     assert piped.returncode != 0 and "Traceback" not in piped.stderr
 
 
+def test_a_reader_that_leaves_early_ends_the_command_only_when_output_was_left(
+        tmp_path: Path) -> None:
+    # What docs/cli.md says about SIGPIPE, measured: output that fits the pipe (64 KiB on
+    # Linux) is written whole, in one write at exit, before `head` leaves, so the command ends
+    # as it would have; output larger than the pipe is still being written: status 141.
+    # PYTHONUNBUFFERED=1 makes every line a write of its own (then either can happen).
+    small = tmp_path / "small"
+    HostBuilder(small).loopback()
+    large = tmp_path / "large"
+    builder = HostBuilder(large).loopback()
+    for i in range(400):
+        builder.interface(f"ens{i}", addresses=[f"10.{i // 250}.{i % 250}.2/24"])
+    run = f"env -u PYTHONUNBUFFERED {PY} -m clusterenv show --json --no-nccl --root"
+    for root, size, status in ((small, range(1, 64 << 10), 0), (large, range(64 << 10, 1 << 30),
+                                                                    141)):
+        alone = shell(f"{run} {root} | wc -c")
+        assert int(alone.stdout) in size, alone
+        for _ in range(3):
+            piped = shell(f"{run} {root} | head -1 >/dev/null; echo ${{PIPESTATUS[0]}}")
+            assert piped.stdout.strip() == str(status), (root.name, piped)
+            assert piped.stderr == ""
+
+
 def test_an_unwritable_capture_destination_is_exit_2_naming_it() -> None:
     done = shell(f"{PY} -m clusterenv capture /sys/kernel/clusterenv-snapshot")
     assert done.returncode == 2, done.stderr

@@ -21,7 +21,7 @@ def test_the_distribution_installs_the_clusterenv_package_and_command() -> None:
     assert re.search(rf'^name = "{DISTRIBUTION}"$', section, re.MULTILINE), section
     assert '[project.scripts]\nclusterenv = "clusterenv.cli:main"\n' in text
     assert 'packages = ["src/clusterenv"]' in text
-    assert f'"{DISTRIBUTION}[test]"' in text
+    assert re.search(rf'"{DISTRIBUTION}\[test(,docs)?\]"', text), "dev installs the test extra"
 
 
 def test_the_docs_install_the_right_distribution() -> None:

@@ -312,7 +312,7 @@ def test_fm18_world_size_counts_processes(tmp_path: Path) -> None:
 def test_fm19_more_processes_than_gpus(tmp_path: Path) -> None:
     b0(tmp_path)
     finding = only(run(tmp_path, CUDA_VISIBLE_DEVICES="0,1,2,3"), "gpus-too-few")
-    assert "NUM_TRAINERS=8 processes per node, but only 4 GPUs are visible" in finding.title
+    assert "NUM_TRAINERS=8 processes per node, but only 4 GPUs visible" in finding.title
     assert "CUDA_VISIBLE_DEVICES='0,1,2,3' leaves 4" in finding.evidence
 
 

@@ -839,7 +839,7 @@ def test_cli_says_when_there_is_nothing_from_nccl(
         assert main(argv) == 2
         out, err = capsys.readouterr()
         assert out == ""
-        assert f"{path}: 1 lines, none from NCCL" in err and "NCCL_DEBUG=INFO" in err
+        assert f"{path}: 1 line, none from NCCL" in err and "NCCL_DEBUG=INFO" in err
         assert "no problems found" not in out + err
     empty = tmp_path / "nothing.log"
     empty.write_bytes(b"")

@@ -51,7 +51,7 @@ PUBLIC_ALL: dict[str, set[str]] = {
     },
     "clusterenv.host": {
         "ENVIRONMENT", "HostFacts", "NcclConfFile", "format_bytes", "live_process_facts",
-        "nccl_conf_files", "nccl_conf_values"
+        "nccl_conf_files", "nccl_conf_values", "software_versions"
     },
     "clusterenv.findings": {
         "Area", "CODES", "Code", "CodeInfo", "Finding", "SEVERITIES", "Severity", "code_info",
@@ -100,8 +100,9 @@ PUBLIC_ALL: dict[str, set[str]] = {
     "clusterenv.bench": {
         "BenchResult", "CODES", "CPU_SIZES", "GPU_SIZES", "LineRate", "LinkResult", "NodeInfo",
         "NodeScore", "Rail", "SizeResult", "Transfer", "algbw_gbs", "busbw_factor", "busbw_gbs",
-        "conclude", "format_size", "interface_line_rate", "line_fraction", "parse_size",
-        "parse_sizes", "rails_in_use", "rdma_line_rate", "render_svg", "ring_transfers", "run",
+        "conclude", "format_size", "interface_line_rate", "line_fraction", "nothing_to_draw",
+        "parse_size", "parse_sizes", "rails_in_use", "rdma_line_rate", "render_svg",
+        "ring_transfers", "run",
         "schedule_rounds", "score_nodes", "write_svg"
     },
     "clusterenv.launch": {

@@ -282,7 +282,8 @@ def test_every_verb_that_reads_the_cluster_takes_source(
     assert main(["show", "--json", "--source", "generic", "--root", str(tmp_path)]) == 0
     config = json.loads(capsys.readouterr().out)["config"]
     assert config["source"] == "generic"
-    assert config["source_reason"] == "forced with CLUSTERENV_SOURCE=generic"
+    # The user typed --source, and reads back --source (the variable is how the CLI passes it).
+    assert config["source_reason"] == "forced with --source generic"
     for verb in ("show", "doctor", "env", "launch", "preflight", "capture"):
         with pytest.raises(SystemExit) as info:
             main([verb, "--help"])

@@ -24,6 +24,7 @@ from typing import Any
 __all__ = [
     "JSON_SURROGATES",
     "clip",
+    "count",
     "escape_surrogates",
     "escape_tree",
     "has_surrogates",
@@ -137,3 +138,14 @@ def _json_surrogates(error: UnicodeError) -> tuple[str, int]:
 #: Name of the codec error handler for JSON text: ``text.encode("utf-8", JSON_SURROGATES)``.
 JSON_SURROGATES = "clusterenv-json-surrogates"
 codecs.register_error(JSON_SURROGATES, _json_surrogates)
+
+
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """A number of things in words: ``count(1, "node")`` -> ``"1 node"``, ``count(2, "node")``
+    -> ``"2 nodes"``, ``count(4, "process")`` -> ``"4 processes"``; ``plural`` for the rest
+    (``count(3, "child", "children")``)."""
+    if number == 1:
+        return f"1 {noun}"
+    if plural is None:
+        plural = noun + ("es" if noun.endswith(("s", "sh", "ch", "x")) else "s")
+    return f"{number} {plural}"

@@ -42,7 +42,7 @@ from clusterenv._scrub import (
     scrub_value,
 )
 from clusterenv.errors import ClusterEnvError
-from clusterenv.host import live_process_facts
+from clusterenv.host import live_process_facts, software_versions
 from clusterenv.nccl.version import detect_nccl_versions
 
 __all__ = ["CaptureError", "capture"]
@@ -413,8 +413,10 @@ class _Writer:
             data["nccl_versions"] = nccl
         if self.host.is_live:
             data.update(live_process_facts(self.host))
+            data["software"] = software_versions(self.host)  # the versions a bug report needs
         else:
-            for key in ("memlock", "cap_ipc_lock", "shm_bytes", "hostname", "nccl_versions"):
+            for key in ("memlock", "cap_ipc_lock", "shm_bytes", "hostname", "nccl_versions",
+                        "software"):
                 if key in self.host.host:
                     data[key] = self.host.host[key]
         environ = cluster_environ(self.environ)

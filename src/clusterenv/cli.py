@@ -5,10 +5,12 @@ line are in :data:`VERBS`. Only the chosen verb's module is imported, so ``--ver
 ``--help`` import no verb module, pydantic, netifaces or typing.
 
 Exit codes: 0 fine, 1 problems found, 2 the command could not do its job (bad usage, unreadable
-host, bad environment, a closed or full output stream). A reader that leaves a pipe early
-(``clusterenv doctor | head -1``) ends the command as ``SIGPIPE`` conventionally does (status
-141), never as a success. Whatever goes wrong, the command says so in one line on stderr (while
-stderr is open), never with a traceback, and every line it writes passes the terminal sanitiser
+host, bad environment, a closed or full output stream). A reader that leaves a pipe while
+output is still to be written (``clusterenv show --json | head -1`` on a large host, ``... |
+true``) ends the command as ``SIGPIPE`` conventionally does (status 141), never as a success;
+output that was already in the pipe's buffer when the reader left ends as it would have.
+Whatever goes wrong, the command says so in one line on stderr (while stderr is open), never
+with a traceback, and every line it writes passes the terminal sanitiser
 (:mod:`clusterenv._text`).
 """
 
@@ -18,6 +20,7 @@ import argparse
 import contextlib
 import errno
 import os
+import re  # argparse imports it anyway
 import signal
 import sys
 from collections.abc import Iterable, Sequence
@@ -110,16 +113,26 @@ def _chosen_verb(argv: Sequence[str]) -> str | None:
 
 class _SafeStream:
     """A text stream whose every write passes :func:`~clusterenv._scrub.scrub_text` (no
-    secret is ever printed) and :func:`~clusterenv._text.terminal_line`."""
+    secret is ever printed) and :func:`~clusterenv._text.terminal_line`.
 
-    def __init__(self, stream: TextIO) -> None:
+    ``spellings`` maps what the library says to what the user typed: a verb that turns an
+    option into a variable for the library (``--source runpod`` into
+    ``CLUSTERENV_SOURCE=runpod``) adds the pair, so that the user reads back their own words.
+    """
+
+    def __init__(self, stream: TextIO, spellings: dict[str, str]) -> None:
         self._stream = stream
+        self._spellings = spellings
 
     def write(self, text: str) -> int:
         from clusterenv._scrub import scrub_text  # noqa: PLC0415  # not for --version
         from clusterenv._text import terminal_line  # noqa: PLC0415
 
-        self._stream.write(terminal_line(scrub_text(text)))
+        shown = terminal_line(scrub_text(text))
+        for library, typed in self._spellings.items():
+            if library in shown:
+                shown = re.sub(re.escape(library) + r"(?![\w.-])", typed, shown)
+        self._stream.write(shown)
         return len(text)
 
     def unsanitised(self) -> TextIO:
@@ -132,10 +145,14 @@ class _SafeStream:
 
 
 def _say(verb: str, message: str) -> None:
-    """One line on stderr, when stderr is still open."""
+    """One line on stderr, when stderr is still open, as ``clusterenv VERB: message`` (a
+    message that already starts with ``clusterenv VERB`` does not get it twice)."""
     stream = sys.stderr
     if stream is None:
         return
+    named = f"clusterenv {verb}"
+    if message.startswith((f"{named} ", f"{named}:")):
+        message = message[len(named):].lstrip(" :")
     from clusterenv._cli._common import output_width, wrap  # noqa: PLC0415  # not for --version
     from clusterenv._scrub import scrub_text  # noqa: PLC0415
     from clusterenv._text import printable  # noqa: PLC0415
@@ -181,9 +198,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if stream is not None and hasattr(stream, "reconfigure"):
             with contextlib.suppress(ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")  # a stray surrogate never crashes
-    sys.stdout = _SafeStream(saved[0])
+    spellings: dict[str, str] = {}
+    args._spellings = spellings  # filled by the verb (host_context: --source)
+    sys.stdout = _SafeStream(saved[0], spellings)
     if saved[1] is not None:
-        sys.stderr = _SafeStream(saved[1])
+        sys.stderr = _SafeStream(saved[1], spellings)
     try:
         code: int = args._run(args)
         _flush_stdout()
@@ -210,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = 2
     finally:
         sys.stdout, sys.stderr = saved
+        cleanup = getattr(args, "_cleanup", None)
+        if cleanup is not None:  # a snapshot archive unpacked for --root
+            cleanup()
         root = getattr(args, "_root", None)
         for note in getattr(root, "notes", ()):
             _say(verb, f"note: {note}")

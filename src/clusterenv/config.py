@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clusterenv._jsonable import json_fields
 from clusterenv._root import as_root
+from clusterenv._text import count
 from clusterenv._values import format_host_port, is_loopback_host, parse_ip
 from clusterenv.errors import ConfigError, ConfigProblem
 from clusterenv.findings import Finding
@@ -397,8 +398,8 @@ def _cross_check(
         if per_node < value:
             notes.append(Finding.of(
                 "worker-fewer-processes",
-                f"{launcher} started {per_node} processes on this node but {name}={value} "
-                "GPUs are available",
+                f"{launcher} started {count(per_node, 'process')} on this node but "
+                f"{name}={value} GPUs are available",
                 evidence,
                 f"start {value} processes per node to use every GPU, if intended",
             ))
@@ -408,10 +409,10 @@ def _cross_check(
             notes.append(Finding.of(
                 "worker-more-processes",
                 (f"this process's local rank {process.local_rank} is beyond {name}={value} "
-                 f"GPUs ({launcher} started {per_node} processes on this node): it has no GPU "
-                 "of its own and fails with 'CUDA error: invalid device ordinal'")
+                 f"GPUs ({launcher} started {count(per_node, 'process')} on this node): it has no "
+                 "GPU of its own and fails with 'CUDA error: invalid device ordinal'")
                 if beyond and process is not None else
-                f"{launcher} started {per_node} processes on this node but {name}={value}: "
+                f"{launcher} started {count(per_node, 'process')} on this node but {name}={value}: "
                 "some processes will share a GPU or fail with 'CUDA error: invalid device "
                 "ordinal'",
                 evidence,
@@ -428,7 +429,7 @@ def _cross_check(
         )
         notes.append(Finding.of(
             "worker-node-count",
-            f"the process group spans {config.num_nodes} nodes"
+            f"the process group spans {count(config.num_nodes, 'node')}"
             + (f" ({counted})" if counted else "") + f" but {name}={value}",
             (f"nodes in the process group: {config.num_nodes} ({launcher})",
              f"{name}={value}", outer),

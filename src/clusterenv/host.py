@@ -10,6 +10,7 @@ host and from the snapshot's ``.clusterenv/host.json`` when ``root`` is a snapsh
 from __future__ import annotations
 
 import os
+import platform
 import re
 import resource
 import socket
@@ -29,6 +30,7 @@ __all__ = [
     "live_process_facts",
     "nccl_conf_files",
     "nccl_conf_values",
+    "software_versions",
 ]
 
 #: The provenance :func:`nccl_conf_values` gives a value that came from the process environment.
@@ -195,6 +197,59 @@ def live_process_facts(root: str | os.PathLike[str] = "/") -> dict[str, Any]:
     else:
         facts["shm_bytes"] = stat.f_blocks * stat.f_frsize
     return facts
+
+
+def software_versions(root: str | os.PathLike[str] = "/") -> dict[str, str | None]:
+    """The software a bug report needs, in ``host.json``'s ``software`` shape, e.g.
+    ``{"python": "3.11.7", "torch": "2.13.0+cpu", "os": "Ubuntu 24.04.1 LTS",
+    "kernel": "6.8.0-49-generic", "machine": "x86_64"}``.
+
+    On the live host: this interpreter, the installed ``torch`` distribution's metadata (None
+    when it is not installed; torch itself is never imported, which takes seconds), the
+    ``PRETTY_NAME`` of ``/etc/os-release`` and ``uname``. On a snapshot: what ``clusterenv
+    capture`` recorded; a snapshot that recorded nothing (made before 0.1.0) gives ``{}``.
+
+    Args:
+        root: ``/`` (the default), or a host snapshot.
+    """
+    host = as_root(root)
+    if not host.is_live:
+        recorded = host.host.get("software")
+        if not isinstance(recorded, Mapping):
+            return {}
+        return {key: value if isinstance(value, str) else None for key, value in
+                recorded.items() if key in _SOFTWARE}
+    from importlib import metadata  # noqa: PLC0415  # a few ms, paid only by those who ask
+
+    try:
+        torch: str | None = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = None
+    uname = os.uname()
+    return {
+        "python": platform.python_version(),
+        "torch": torch,
+        "os": _parse_os_release(host.read("etc/os-release")),
+        "kernel": uname.release,
+        "machine": uname.machine,
+    }
+
+
+_SOFTWARE = ("python", "torch", "os", "kernel", "machine")
+
+
+def _parse_os_release(text: str | None) -> str | None:
+    """``PRETTY_NAME`` of an ``os-release`` text (``PRETTY_NAME="Ubuntu 24.04.1 LTS"``), else
+    ``NAME VERSION_ID``; None when it names neither."""
+    fields: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip().strip("\"'")
+    if fields.get("PRETTY_NAME"):
+        return fields["PRETTY_NAME"]
+    name = " ".join(v for v in (fields.get("NAME"), fields.get("VERSION_ID")) if v)
+    return name or None
 
 
 def nccl_conf_files(

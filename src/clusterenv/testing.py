@@ -211,6 +211,14 @@ class HostBuilder:
         self._flush()
         return self
 
+    def software(self, **versions: str | None) -> Self:
+        """Record the versions a bug report needs, as ``clusterenv capture`` does: ``python``,
+        ``torch`` (None: not installed), ``os``, ``kernel``, ``machine``, e.g.
+        ``.software(python="3.11.7", torch="2.5.1", kernel="6.8.0-49-generic")``."""
+        self._host["software"] = dict(versions)
+        self._flush()
+        return self
+
     def addresses(self, name: str, addresses: Iterable[str]) -> Self:
         """Record the IP addresses of an interface (``"10.65.0.2/24"``, ``"fe80::1/64"``)."""
         self._host.setdefault("addresses", {})[name] = list(addresses)

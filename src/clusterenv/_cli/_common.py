@@ -39,8 +39,8 @@ def add_root(parser: argparse.ArgumentParser) -> None:
         "--root",
         metavar="DIR",
         default=None,
-        help="read a host snapshot (made by `clusterenv capture`) instead of this host; its "
-        "recorded environment is used when it has one",
+        help="read a host snapshot (the directory or the .tar.gz file `clusterenv capture` "
+        "wrote) instead of this host; its recorded environment is used when it has one",
     )
 
 
@@ -81,24 +81,30 @@ def add_nccl_version(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_plan_options(parser: argparse.ArgumentParser) -> None:
-    """``--override`` and ``--debug``, as ``apply_nccl_defaults`` takes them."""
+def add_plan_options(parser: argparse.ArgumentParser, *, debug_help: str | None = None) -> None:
+    """``--override`` and ``--debug``, as ``apply_nccl_defaults`` takes them; ``debug_help``
+    says what else ``--debug`` does in this verb."""
     parser.add_argument(
         "--override", action="store_true",
         help="replace NCCL/Gloo values you set that differ from the evidenced ones",
     )
     parser.add_argument(
         "--debug", action="store_true",
-        help="also set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET when unset",
+        help=debug_help or "also set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET when unset",
     )
 
 
 def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
     """The environment and root a verb reads: the snapshot's (with its recorded environment)
-    under ``--root``, else this process's environment and ``/``; ``--source NAME`` adds
-    ``CLUSTERENV_SOURCE=NAME`` to it."""
+    under ``--root`` (a directory, or an archive unpacked until the command ends), else this
+    process's environment and ``/``; ``--source NAME`` adds ``CLUSTERENV_SOURCE=NAME`` to it."""
     root_dir = getattr(args, "root", None)
-    root = Root(root_dir or "/")
+    if root_dir is not None and os.path.exists(root_dir) and not os.path.isdir(root_dir):
+        from clusterenv._cli._archive import open_archive
+
+        root, args._cleanup = open_archive(root_dir)  # the CLI calls it when the verb ends
+    else:
+        root = Root(root_dir or "/")
     args._root = root  # the CLI prints what reading it skipped (Root.notes)
     environ = dict(os.environ)
     if root_dir is not None:
@@ -108,6 +114,10 @@ def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
     forced = getattr(args, "source", None)
     if forced:
         environ["CLUSTERENV_SOURCE"] = forced
+        # What the library then says was forced by the variable, the user forced with --source.
+        spellings = getattr(args, "_spellings", None)
+        if isinstance(spellings, dict):
+            spellings[f"CLUSTERENV_SOURCE={forced}"] = f"--source {forced}"
     return environ, root
 
 

@@ -5,6 +5,11 @@ starts torchrun with :mod:`clusterenv.bench.worker`; every node prints the same 
 goes to stderr, the report (or ``--json``) to stdout. Exit 0: no slow node; 1: a slow node or
 link was named; 2: the run could not complete (bad options, torch missing, a node that never
 joined, the time limit).
+
+What torchrun and its workers print besides the workers' progress lines (torchrun's banner,
+torch's C++ log and the stack traces its store prints when a peer leaves first at exit) is
+kept out of the terminal: it goes to a log file, removed after a run that ended well and named
+in the message of one that did not. ``--debug`` shows it as it comes.
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from clusterenv._cli._common import (
     add_json,
@@ -103,7 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--plot", metavar="FILE.svg", default=None,
                         help="also write a self-contained SVG picture of the run")
-    add_plan_options(parser)
+    add_plan_options(parser, debug_help="also set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET "
+                     "when unset, and show everything torchrun and the workers print")
     add_json(parser)
 
 
@@ -111,7 +119,7 @@ def _torchrun_command() -> list[str]:
     # The worker imports clusterenv and torch, so torchrun must be this very interpreter's.
     if importlib.util.find_spec("torch") is None:
         raise LaunchError(
-            f"clusterenv bench needs PyTorch in the interpreter that runs it ({sys.executable}): "
+            f"PyTorch is not installed in the interpreter that runs it ({sys.executable}): "
             "pip install torch (the CPU wheel is enough for --backend gloo)"
         )
     return [sys.executable, "-m", "torch.distributed.run"]
@@ -147,6 +155,39 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+#: What the workers print for the user, which is passed on (see clusterenv.bench.worker).
+_PROGRESS = b"clusterenv bench: "
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\b[^:]*: .+")
+
+
+class _Output:
+    """Reads torchrun's output (its workers' too) as it comes: the workers' progress lines go
+    to stderr, everything goes to ``log``, and to stderr as well with ``debug``."""
+
+    def __init__(self, pipe: IO[bytes], log: IO[bytes], debug: bool) -> None:
+        self.last_error: str | None = None
+        self._pipe, self._log, self._debug = pipe, log, debug
+        self._thread = threading.Thread(target=self._relay, name="bench-output", daemon=True)
+        self._thread.start()
+
+    def _relay(self) -> None:
+        try:
+            for line in iter(lambda: self._pipe.readline(64 * 1024), b""):
+                self._log.write(line)
+                text = line.decode("utf-8", "replace").rstrip("\n")
+                if _ERROR_LINE.match(text):
+                    self.last_error = text.strip()
+                if self._debug or line.startswith(_PROGRESS):
+                    print(text, file=sys.stderr, flush=True)
+            self._log.flush()
+        except (OSError, ValueError):  # the log closed after a stop, or stderr went away
+            return
+
+    def finish(self) -> None:
+        """Wait for the end of the output (every writer has exited, or was killed)."""
+        self._thread.join(timeout=10)
+
+
 def _measure(args: argparse.Namespace, started: float) -> BenchResult:
     from clusterenv._gpus import visible_gpu_count
     from clusterenv.bench.model import BenchResult
@@ -173,6 +214,9 @@ def _measure(args: argparse.Namespace, started: float) -> BenchResult:
                            override=args.override, debug=args.debug, torchrun=torchrun)
         env = dict(plan.environ)
         env[RESULT_ENV] = str(result_file)
+        # torchrun leaves a torchelastic_* directory in the temporary directory: ours is
+        # removed with everything in it.
+        env["TMPDIR"] = tmp
         if backend == "nccl" and "NCCL_DEBUG" not in env:
             # The workers read their own log to say which transport NCCL used.
             env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
@@ -184,30 +228,46 @@ def _measure(args: argparse.Namespace, started: float) -> BenchResult:
             if finding.severity != "info":
                 _say(f"{finding.severity}: [{finding.code}] {finding.title}")
         stop_at = started + args.time_limit + _GRACE
-        proc = subprocess.Popen(
-            list(plan.command), env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-            start_new_session=True,
-        )
-        try:
-            code = proc.wait(timeout=max(stop_at - time.monotonic(), 1.0))
-        except subprocess.TimeoutExpired:
-            _stop(proc)
-            raise LaunchError(
-                f"the run did not finish within --time-limit {args.time_limit:g} s (+{_GRACE:g} s "
-                "to shut down): a node that never started or a link too slow for the sizes; "
-                "start it on every node at once, or give smaller --sizes or a longer "
-                "--time-limit"
-            ) from None
-        except BaseException:
-            _stop(proc)
-            raise
+        # Kept where the user can read it when the run goes wrong; removed when it goes well.
+        fd, log_name = tempfile.mkstemp(prefix="clusterenv-bench-", suffix=".log")
+        with os.fdopen(fd, "wb") as log:
+            proc = subprocess.Popen(
+                list(plan.command), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+            output = _Output(cast("IO[bytes]", proc.stdout), log, args.debug)  # stdout=PIPE
+            try:
+                code = proc.wait(timeout=max(stop_at - time.monotonic(), 1.0))
+            except subprocess.TimeoutExpired:
+                _stop(proc)
+                output.finish()
+                raise LaunchError(
+                    f"the run did not finish within --time-limit {args.time_limit:g} s "
+                    f"(+{_GRACE:g} s to shut down): a node that never started or a link too "
+                    "slow for the sizes; start it on every node at once, or give smaller "
+                    f"--sizes or a longer --time-limit{_where_output(log_name, output)}"
+                ) from None
+            except BaseException:
+                _stop(proc)
+                raise
+            output.finish()
         if not result_file.is_file():
             raise LaunchError(
-                f"the workers did not report a result (torchrun exited {code}); its output "
-                "above says why: a node that did not join, or a connection refused (run "
-                "`clusterenv doctor` and `clusterenv preflight` on every node)"
+                f"the workers did not report a result (torchrun exited {code}): a node that "
+                "did not join, or a connection refused (run `clusterenv doctor` and "
+                f"`clusterenv preflight` on every node){_where_output(log_name, output)}"
             )
+        if code != 0:
+            _say(f"torchrun exited {code} after the result was written, while shutting down"
+                 f"{_where_output(log_name, output)}")
+        else:
+            os.unlink(log_name)
         return BenchResult.from_dict(json.loads(result_file.read_text(encoding="utf-8")))
+
+
+def _where_output(log_name: str, output: _Output) -> str:
+    said = f"; the last error it printed: {output.last_error}" if output.last_error else ""
+    return f"{said}; torchrun's whole output is in {log_name} (--debug shows it as it runs)"
 
 
 def _say(text: str) -> None:
@@ -217,7 +277,7 @@ def _say(text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Measure, print the report (or JSON), write the plot; the exit code of the verdict."""
     from clusterenv.bench.report import render_report
-    from clusterenv.bench.svg import write_svg
+    from clusterenv.bench.svg import nothing_to_draw, write_svg
 
     started = time.monotonic()
     if os.environ.get("RANK") is not None and os.environ.get("LOCAL_RANK") is not None:
@@ -228,10 +288,15 @@ def run(args: argparse.Namespace) -> int:
         )
     result = _measure(args, started)
     if args.plot:
-        try:
-            write_svg(result, args.plot)
-        except OSError as e:
-            raise LaunchError(f"--plot {args.plot!r}: cannot write it: {e.strerror or e}") from e
+        empty = nothing_to_draw(result)
+        if empty:
+            _say(f"--plot {args.plot}: no picture written: {empty}")
+        else:
+            try:
+                write_svg(result, args.plot)
+            except OSError as e:
+                raise LaunchError(
+                    f"--plot {args.plot!r}: cannot write it: {e.strerror or e}") from e
     if args.json:
         emit_json(result.to_dict())
     else:

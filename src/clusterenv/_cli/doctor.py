@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print findings; exit 1 on errors (with ``--strict`` also on warnings), else 0."""
+    from clusterenv._cli._versions import versions
     from clusterenv.diagnosis import diagnose_with_plan  # heavy imports on use
     from clusterenv.diagnosis.assumed import assumptions
 
@@ -41,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     failing = counts["error"] + (counts["warning"] if args.strict else 0)
     assumed = assumptions(facts)
     if args.json:
-        emit_json({"config": facts.config, "assumed": assumed, "findings": findings,
-                   "summary": counts})
+        emit_json({"versions": versions(facts, root), "config": facts.config,
+                   "assumed": assumed, "findings": findings, "summary": counts})
     else:
         print("assumed:")
         print("\n".join(f"  {line}" for line in assumed.lines()) + "\n")

@@ -184,7 +184,7 @@ def _nccl_comments(
         return []
     choice, _ = ask_one({**environ, **plan.env}, root, config)
     if not choice.asked:
-        return [f"# NCCL not asked: {choice.note}"]
+        return [f"# without NCCL's own answer: {choice.note}"]
     lines = [f"# {choice.by}: with these settings NCCL bootstraps over {choice.describe()}"]
     if choice.disagrees:
         lines.append(

@@ -78,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _summary(plan: LaunchPlan, stream: TextIO) -> str:
+def _summary(plan: LaunchPlan, stream: TextIO, heading: str = "command:") -> str:
     recorder = plan.recorder.changes if plan.recorder is not None else ()
     rows = [(c.action, c.name, c.value, c.reason) for c in (*plan.nccl.changes, *recorder)]
     rows += [("set", name, value, "every rank reads the rendezvous from the launcher's "
@@ -88,7 +88,7 @@ def _summary(plan: LaunchPlan, stream: TextIO) -> str:
         if rows
         else "no changes" + "".join(f"\n  {note}" for note in plan.nccl.notes)
     )
-    parts = [f"command:\n  {shlex.join(plan.command)}", f"environment:\n{env}"]
+    parts = [f"{heading}\n  {shlex.join(plan.command)}", f"environment:\n{env}"]
     if plan.findings:
         parts.append(render_findings(plan.findings, stream))
     return "\n\n".join(parts)
@@ -123,9 +123,11 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             raise LaunchError(missing[0].title)
         if not args.quiet or refused:
-            print(f"clusterenv launch: {_summary(plan, sys.stderr)}\n", file=sys.stderr)
+            # Information, not an error: no "clusterenv launch:" prefix (stdout is the job's).
+            heading = "this node would start:" if refused else "starting on this node:"
+            print(f"{_summary(plan, sys.stderr, heading)}\n", file=sys.stderr)
         if refused:
-            print(f"clusterenv launch: {refusal(plan)}", file=sys.stderr)
+            print(f"clusterenv launch: {refusal(plan, force='--force')}", file=sys.stderr)
             return 1
         exec_plan(plan, force=args.force)
     if args.json:
@@ -142,5 +144,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_summary(plan, sys.stdout))
         if refused:
-            print(f"\n{refusal(plan)}")
+            print(f"\n{refusal(plan, force='--force')}")
     return 1 if refused else 0

@@ -9,6 +9,7 @@ from typing import Any
 
 from clusterenv._cli._common import add_json, add_source, emit_json, render_findings, table
 from clusterenv._scrub import scrub_setting
+from clusterenv._text import count
 from clusterenv.nccl_log import NcclLog, NetPlugin, RankInfo, nccl_log_findings, read_nccl_log
 
 _MAX_ROWS = 64
@@ -64,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     if log.lines_matched == 0:
         # Nothing to judge is not "no problems": exit 2, as for an unreadable file.
         source = "standard input" if args.file == "-" else args.file
-        print(f"clusterenv nccl-log: {source}: {log.lines_read} lines, none from NCCL (nor a "
-              "failure line of PyTorch, Gloo, nccl-tests or libibverbs); expected "
+        print(f"clusterenv nccl-log: {source}: {count(log.lines_read, 'line')}, none from NCCL "
+              "(nor a failure line of PyTorch, Gloo, nccl-tests or libibverbs); expected "
               "the output of a job run with NCCL_DEBUG=INFO (lines such as "
               "'node-0:1234:1234 [0] NCCL INFO Bootstrap : Using ens1:10.65.0.2<0>'), "
               "e.g. NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET torchrun ... 2>&1 | tee job.log",
@@ -108,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _render(name: str, log: NcclLog) -> str:
     source = "standard input" if name == "-" else name
-    lines = [f"{source}: {log.lines_read} lines, {log.lines_matched} recognised (NCCL's, and "
-             "the failure lines of the programs around it)"]
+    lines = [f"{source}: {count(log.lines_read, 'line')}, {log.lines_matched} recognised "
+             "(NCCL's, and the failure lines of the programs around it)"]
     if not log.lines_matched:
         lines.append("no NCCL INFO/WARN lines: was the job run with NCCL_DEBUG=INFO?")
         return "\n".join(lines)
@@ -177,14 +178,14 @@ def _plugin(plugin: NetPlugin) -> str:
 def _nodes(log: NcclLog) -> str:
     hosts = log.hosts
     if hosts:
-        text = f"{len(hosts)} host(s) in the log: {', '.join(hosts[:4])}"
+        text = f"{count(len(hosts), 'host')} in the log: {', '.join(hosts[:4])}"
         text += ", ..." if len(hosts) > 4 else ""
     else:
         text = "unknown (no host:pid prefixes in the log)"
     if log.nranks:
-        text += f"; communicator of {log.nranks} ranks"
+        text += f"; communicator of {count(log.nranks, 'rank')}"
     if log.nnodes:
-        text += f" on {log.nnodes} nodes"
+        text += f" on {count(log.nnodes, 'node')}"
     return text
 
 

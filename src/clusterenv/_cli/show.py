@@ -171,7 +171,7 @@ def _bootstrap_text(report: NcclBootstrap) -> str:
     def line(choice: BootstrapChoice) -> str:
         text = f"{choice.describe()}, by {choice.by}"
         if choice.note:
-            text += f" ({choice.note})"
+            text += f"; {choice.note}"
         if choice.disagrees:
             text += (f"; clusterenv predicted {choice.predicted_interface or 'no interface'}")
         return text
@@ -182,6 +182,7 @@ def _bootstrap_text(report: NcclBootstrap) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print every part; exit 0, or 2 when the environment or host cannot be read."""
+    from clusterenv._cli._versions import version_rows, versions
     from clusterenv.diagnosis import diagnose_with_plan  # heavy imports on use
 
     environ, root = host_context(args)
@@ -190,9 +191,11 @@ def run(args: argparse.Namespace) -> int:
     findings, plan, facts = list(diagnosis.findings), diagnosis.plan, diagnosis.facts
     bootstrap = diagnosis.bootstrap
     if facts.config is None:
-        return _invalid(args, facts, findings)
+        return _invalid(args, facts, findings, versions(facts, root))
+    found = versions(facts, root)
     if args.json:
         parts: dict[str, Any] = {
+            "versions": found,
             "config": facts.config,
             "network": facts.network,
             "rdma": facts.rdma,
@@ -203,7 +206,9 @@ def run(args: argparse.Namespace) -> int:
         }
         emit_json(parts)
         return 0
+    heading, rows = version_rows(found)
     sections = [
+        (heading, _pairs(rows)),
         ("config", _pairs(_config_rows(facts.config))),
         *_node_sections(facts),
         ("plan (clusterenv env / apply_nccl_defaults)", _plan_text(plan)),
@@ -214,19 +219,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _invalid(args: argparse.Namespace, facts: Facts, findings: list[Finding]) -> int:
+def _invalid(args: argparse.Namespace, facts: Facts, findings: list[Finding],
+             found: dict[str, Any]) -> int:
     """An invalid contract: its problems, and beside them what this node has (interfaces, RDMA,
-    host), which is what a user needs to fix them. Exit 2: the plan cannot be made."""
+    host), which is what a user needs to fix them, after the versions. Exit 2: the plan cannot
+    be made."""
+    from clusterenv._cli._versions import version_rows
     from clusterenv.errors import ConfigError
 
     check = facts.check
     error = ConfigError(check.problems if check else (), source=facts.source)
     if args.json:
-        emit_json({"config": None, "problems": [str(p) for p in error.problems],
+        emit_json({"versions": found, "config": None,
+                   "problems": [str(p) for p in error.problems],
                    "network": facts.network, "rdma": facts.rdma, "host": facts.host,
                    "findings": findings})
         return 2
+    heading, rows = version_rows(found)
     sections = [
+        (heading, _pairs(rows)),
         ("config (invalid: nothing is planned until it is fixed)", str(error)),
         *_node_sections(facts),
         ("findings", render_findings(findings)),

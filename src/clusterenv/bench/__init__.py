@@ -34,7 +34,7 @@ from clusterenv.bench.linerate import (
     rdma_line_rate,
 )
 from clusterenv.bench.model import BenchResult, LinkResult, NodeInfo, SizeResult
-from clusterenv.bench.svg import render_svg, write_svg
+from clusterenv.bench.svg import nothing_to_draw, render_svg, write_svg
 from clusterenv.bench.units import (
     CPU_SIZES,
     GPU_SIZES,
@@ -76,6 +76,7 @@ __all__ = [
     "format_size",
     "interface_line_rate",
     "line_fraction",
+    "nothing_to_draw",
     "parse_size",
     "parse_sizes",
     "rails_in_use",

@@ -38,6 +38,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from clusterenv._text import count
 from clusterenv.bench.conclude import Timing, conclude
 from clusterenv.bench.model import BenchResult, NodeInfo
 from clusterenv.bench.placement import describe_self, group_nodes
@@ -294,7 +295,8 @@ def run(
     stream = progress if leader else None
     timed = (f"sizes {','.join(format_size(s) for s in size_list)}" if group.world > 1
              else "one rank: an all-reduce moves no data, nothing to time")
-    _progress(stream, f"{len(nodes)} node(s), {group.world} rank(s), {backend} on {kind}; {timed}")
+    _progress(stream, f"{count(len(nodes), 'node')}, {count(group.world, 'rank')}, {backend} on "
+                      f"{kind}; {timed}")
     rounds = len(schedule_rounds(ring_transfers(len(nodes))))
     remaining = rounds + len(size_list)
     transfers = _links(group, nodes, size=link_size or size_list[-1], iters=iters,
@@ -311,7 +313,7 @@ def run(
         timings.append(timing)
         algbw = size / timing[1] / 1e9
         _progress(stream, f"all-reduce {format_size(size)}: {timing[1] * 1e6:.0f} us, "
-                          f"algbw {algbw:.3g} GB/s ({timing[2]} iterations)")
+                          f"algbw {algbw:.3g} GB/s ({count(timing[2], 'iteration')})")
     # Every rank returns the same result: the slowest rank's elapsed time.
     (elapsed,) = group.max_of([time.monotonic() - started])
     return conclude(backend=backend, device=kind, world_size=group.world, nodes=nodes,

@@ -11,6 +11,7 @@ import socket
 from clusterenv._facts import Facts
 from clusterenv._root import format_size_limit, which
 from clusterenv._shell import command, prose
+from clusterenv._text import count
 from clusterenv.errors import DiscoveryError
 from clusterenv.findings import Finding
 from clusterenv.host import format_bytes
@@ -53,7 +54,7 @@ def _gpus(facts: Facts) -> list[Finding]:
         evidence.append(f"CUDA_VISIBLE_DEVICES={cvd!r} leaves {visible}")
     return [Finding.of(
         "gpus-too-few",
-        f"{variable}={wanted} processes per node, but only {visible} GPUs are visible: "
+        f"{variable}={wanted} processes per node, but only {count(visible, 'GPU')} visible: "
         "'CUDA error: invalid device ordinal'",
         tuple(evidence),
         f"start {visible} processes per node (torchrun --nproc-per-node={visible}), or make "

@@ -81,7 +81,7 @@ def _socket_unset(facts: Facts, bootstrap_report: NcclBootstrap | None) -> list[
     if asked is not None and asked.asked and asked.log:
         said = f"{asked.by} itself says: {asked.log[-1].split('NCCL INFO ', 1)[-1]}"
     elif asked is not None and asked.note:
-        said = f"clusterenv's prediction, NCCL not asked: {asked.note}"
+        said = f"clusterenv's prediction; {asked.note}"  # the note says why NCCL did not answer
     return [Finding.of(
         "socket-ifname-unset", title,
         (

@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from clusterenv._facts import Facts
 from clusterenv._root import Root, as_root, which
+from clusterenv._text import count
 from clusterenv.config import ClusterConfig
 from clusterenv.diagnosis import diagnose_facts
 from clusterenv.errors import LaunchError
@@ -219,8 +220,8 @@ def _process_count_findings(
     if gpus and nproc > gpus:
         out.append(Finding.of(
             "launch-nproc-exceeds-gpus",
-            f"{nproc} processes per node but {gpus} GPUs visible: the extra processes fail "
-            "with 'CUDA error: invalid device ordinal' or share a GPU",
+            f"{nproc} processes per node but {count(gpus, 'GPU')} visible: the extra processes "
+            "fail with 'CUDA error: invalid device ordinal' or share a GPU",
             (f"processes per node: {nproc}", f"visible GPUs: {gpus}",
              f"CUDA_VISIBLE_DEVICES={environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}"),
             f"--nproc-per-node={gpus}",
@@ -274,15 +275,18 @@ def launch(
     exec_plan(plan, force=force)
 
 
-def refusal(plan: LaunchPlan) -> str:
+def refusal(plan: LaunchPlan, *, force: str = "force=True") -> str:
     """Why :func:`exec_plan` refuses ``plan``, naming each remaining error, e.g.
-    ``"refusing to start the job: 1 error remains: filter-selects-avoided (...); ..."``."""
+    ``"refusing to start the job: 1 error remains: filter-selects-avoided (...); ..."``.
+
+    ``force`` is how the caller's user starts it anyway: ``"force=True"`` in Python, the
+    command line passes ``"--force"``."""
     errors = plan.errors
     listed = "; ".join(f"{f.code} ({f.title})" for f in errors)
     return (f"refusing to start the job: {len(errors)} error{'s' if len(errors) != 1 else ''} "
             f"remain{'s' if len(errors) == 1 else ''} after the plan, so it would fail or hang: "
             f"{listed}; fix {'it' if len(errors) == 1 else 'them'} (`clusterenv doctor` shows "
-            "the fixes), or pass --force (force=True) to start it anyway")
+            f"the fixes), or pass {force} to start it anyway")
 
 
 def exec_plan(plan: LaunchPlan, *, force: bool = False) -> NoReturn:

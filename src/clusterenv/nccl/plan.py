@@ -302,7 +302,7 @@ def _decide(
             why = "; ".join(f.title for f in harm) or "it differs from the evidenced value"
             changes.append(EnvChange(
                 name, proposal.value, value, "override",
-                f"override=True replaced it ({_where(origin)}): {why}; "
+                f"you asked to override the value set {_where(origin)}: {why}; "
                 f"{proposal.value!r}: {proposal.reason}",
                 origin,
             ))

@@ -28,6 +28,7 @@ from typing import ClassVar
 
 from clusterenv._gpus import visible_gpu_count
 from clusterenv._root import Root
+from clusterenv._text import count
 from clusterenv._values import parse_host
 from clusterenv.sources._base import (
     DEFAULT_PORT,
@@ -236,7 +237,7 @@ class SlurmSource(Source):
             if len(tasks) != nodes:
                 env.problem(
                     (tasks_name, nodes_name or "SLURM_NNODES"),
-                    f"{tasks_name} lists {len(tasks)} nodes but {nodes_name}={nodes}",
+                    f"{tasks_name} lists {count(len(tasks), 'node')} but {nodes_name}={nodes}",
                     "let srun set them; do not export them by hand",
                     "config-uneven-nodes",
                 )

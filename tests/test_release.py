@@ -1,0 +1,83 @@
+"""What a release needs beyond the code: a licence, project URLs, a README whose links work on
+the package index page, and a ``docs`` extra with nothing but MkDocs.
+
+What the built wheel and sdist hold (the licence, ``py.typed``, no tests) is checked on the
+artefacts themselves by ``.ci/check_dist.py`` in ``.ci/run``, after ``twine check --strict``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pyproject() -> dict[str, Any]:
+    try:  # Python 3.11+; the project supports 3.10, where these checks are skipped
+        tomllib = importlib.import_module("tomllib")
+    except ModuleNotFoundError:
+        pytest.skip("tomllib is Python 3.11+; the checks read pyproject.toml with it")
+    data: dict[str, Any] = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    return data
+
+
+def _mkdocs_value(key: str) -> str:
+    match = re.search(rf"^{key}: (\S+)$", (REPO / "mkdocs.yml").read_text(encoding="utf-8"),
+                      re.MULTILINE)
+    assert match, f"mkdocs.yml has no {key}"
+    return match.group(1)
+
+
+def test_the_licence_is_the_apache_text_and_ships_with_the_package() -> None:
+    text = (REPO / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text[:200] and "Version 2.0, January 2004" in text[:200]
+    assert "END OF TERMS AND CONDITIONS" in text
+    project = _pyproject()["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+
+
+def test_project_urls_agree_with_the_docs_site_and_the_repository() -> None:
+    urls = _pyproject()["project"]["urls"]
+    assert set(urls) >= {"Source", "Documentation", "Changelog", "Issues"}
+    assert all(url.startswith("https://") for url in urls.values()), urls
+    assert urls["Source"] == _mkdocs_value("repo_url")
+    assert urls["Documentation"] == _mkdocs_value("site_url")
+    assert urls["Issues"] == urls["Source"] + "/issues"
+    assert urls["Changelog"].startswith(urls["Source"] + "/") and urls["Changelog"].endswith(
+        "CHANGELOG.md")
+
+
+def test_readme_links_are_absolute_and_name_pages_that_exist() -> None:
+    # The package index shows the README without the repository around it: a relative link
+    # (`docs/quickstart.md`) leads nowhere there.
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s]+)\)", readme) + re.findall(r'src="([^"]+)"', readme)
+    assert targets, "the README links to the documentation"
+    relative = [t for t in targets if not t.startswith("https://")]
+    assert not relative, relative
+    site = _mkdocs_value("site_url")
+    pages = [t.removeprefix(site).strip("/") for t in targets if t.startswith(site)]
+    assert "quickstart" in pages
+    missing = [p for p in pages if p and not (REPO / "docs" / f"{p}.md").is_file()]
+    assert not missing, f"README links to pages docs/ does not have: {missing}"
+    repository = _mkdocs_value("repo_url")
+    files = [t.removeprefix(f"{repository}/blob/main/") for t in targets
+             if t.startswith(f"{repository}/blob/main/")]
+    assert all((REPO / f).is_file() for f in files), files
+
+
+def test_the_docs_extra_is_mkdocs_and_its_plugins_only() -> None:
+    extras = _pyproject()["project"]["optional-dependencies"]
+    names = [re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0] for requirement in extras["docs"]]
+    assert names and all(name.startswith(("mkdocs", "pymdown")) for name in names), names
+    # The theme and every plugin mkdocs.yml uses come from the extra.
+    config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "name: material" in config and "mkdocs-material" in names
+    assert "- mkdocstrings:" in config and "mkdocstrings" in names
+    assert any("gpu-clusterenv[" in r and "docs" in r and "test" in r for r in extras["dev"])
