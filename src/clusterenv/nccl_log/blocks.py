@@ -20,10 +20,9 @@ so that the result is the same as reading line by line (a test compares the two)
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterator
-from itertools import compress, repeat
-from operator import add, contains, ne, not_
+from itertools import compress, groupby, repeat
+from operator import contains, itemgetter
 from typing import IO, Any
 
 from clusterenv.nccl_log.lines import find_marker
@@ -50,11 +49,10 @@ class BlockParser(_Parser):
     def __init__(self) -> None:
         super().__init__()
         # the block being read while the line cache is off: its lines, the number of the first,
-        # where its channel lines are and how many of them were read
+        # and where the channel lines not read yet are (from, to)
         self._block: list[str] = []
         self._base = 0
-        self._at: list[int] = []
-        self._done = 0
+        self._pending: list[tuple[int, int]] = []
 
     def feed_block(self, lines: list[str], first: int, *, plain: bool = False) -> None:
         """Read a block of lines (without their newlines) numbered from ``first``, as
@@ -117,24 +115,19 @@ class BlockParser(_Parser):
 
         The lines but the channel lines are read in order: those of one process in a row
         together (:meth:`_together`), any other on its own (:meth:`_alone`). A line whose
-        message states nothing changes nothing, and the channel lines between two lines that
-        change something are read together (:meth:`_channels`)."""
-        channel = list(map(contains, block, repeat(_CHANNEL)))
-        count = len(block)
-        at = list(compress(range(count), channel))  # where the channel lines are
-        others = list(compress(range(count), map(not_, channel))) if at else list(range(count))
-        at.append(count)  # past the last line: at[done] < index is never true for it
-        self._block, self._base, self._at, self._done = block, base, at, 0
-        matched = 0
-        if others:
-            # where a row of consecutive other lines ends (the next is not the one after it)
-            cuts = list(compress(range(1, len(others)),
-                                 map(ne, others[1:], map(add, others, repeat(1)))))
-            for first, last in zip([0, *cuts], [*cuts, len(others)], strict=True):
-                matched += self._others(others[first], others[last - 1] + 1)
-        if self._done < len(at) - 1:
-            matched += self._flush(count)
-        return matched
+        message states nothing changes nothing, so the channel lines between two lines that
+        change something are read when the second comes (:meth:`_channels`)."""
+        self._block, self._base = block, base
+        matched = start = 0
+        # the block as rows of consecutive channel lines and rows of other lines
+        for channels, row in groupby(map(contains, block, repeat(_CHANNEL))):
+            end = start + len(list(row))
+            if channels:
+                self._pending.append((start, end))
+            else:
+                matched += self._others(start, end)
+            start = end
+        return matched + self._flush()
 
     def _others(self, start: int, end: int) -> int:
         """Read ``block[start:end]``, lines that are not channel lines."""
@@ -148,10 +141,12 @@ class BlockParser(_Parser):
                     and line.startswith("INFO ", pos + 5)):
                 prefix = line[: pos + 10]  # "host:pid:tid [dev] NCCL INFO "
                 if all(map(str.startswith, block[index + 1 : index + _ROW], repeat(prefix))):
-                    same = list(map(str.startswith, block[index:end], repeat(prefix)))
-                    size = same.index(False) if False in same else len(same)
-                    matched += self._together(block[index : index + size], prefix, index)
-                    index += size
+                    rest = block[index:end]
+                    if "\n".join(rest).count("\n" + prefix) != len(rest) - 1:
+                        same = list(map(str.startswith, rest, repeat(prefix)))
+                        rest = rest[: same.index(False)]
+                    matched += self._together(rest, prefix, index)
+                    index += len(rest)
                     continue
             matched += self._alone(line, index)
             index += 1
@@ -170,73 +165,62 @@ class BlockParser(_Parser):
                 fact = self._fact(msg)
             if fact is None:
                 return 1  # states nothing: the channel lines around it read together
-            matched = self._flush(index) if self._at[self._done] < index else 0
+            matched = self._flush() + 1 if self._pending else 1
             head = line[:pos]
             proc = self.by_head.get(head) or self._proc(head)
             if not proc.first_line:
                 proc.first_line = number
             self.ops[fact[0]](proc, msg, number, fact)
-            return matched + 1
-        matched = self._flush(index) if self._at[self._done] < index else 0
+            return matched
+        matched = self._flush() if self._pending else 0
         return matched + self.line(line, number)
 
     def _together(self, lines: list[str], prefix: str, index: int) -> int:
         """Read consecutive lines of one process (``block[index:]``, each starting with
         ``prefix``, ``host:pid:tid [dev] NCCL INFO ``), as :meth:`line` reads each.
 
-        Their messages are cut from their joined text at once, and looked up in the cache of
-        facts in C; only those that state something are read one by one. A line with a second
-        marker is left to :meth:`line`."""
+        Their messages are looked up in the cache of facts in C; only those that state something
+        are read one by one (and a line with a second marker by :meth:`line`). A message the
+        cache holds has no second marker: its line would not have been read so."""
         count = len(lines)
-        text = "\n".join(lines)
-        messages = text[len(prefix) :].split("\n" + prefix)
-        again = None
-        if text.count("NCCL ") != count:  # a second marker in a line (or "NCCL version ...")
-            again = [find_marker(message) >= 0 if "NCCL " in message else False
-                     for message in messages]
-            again = again if any(again) else None
-        messages = list(map(str.strip, messages))
-        found = list(map(self.facts.get, messages, repeat(MISSING)))
-        wanted: Any = range(count) if again else compress(range(count), found)
-        head = prefix[:-10]
-        ops, base = self.ops, self._base + index
+        messages = list(map(itemgetter(slice(len(prefix), None)), lines))
+        found: list[Any] = list(map(self.facts.get, messages, repeat(MISSING)))
+        matched = 0
+        if self._pending:
+            matched += self._flush()  # what they change comes before these lines
+        head, ops, facts, base = prefix[:-10], self.ops, self.facts, self._base + index
         proc = None
-        matched = count
-        for at in wanted:
-            if again and again[at]:
-                matched -= 1
-                matched += self._flush(index) if self._at[self._done] < index else 0
-                matched += self.line(lines[at], base + at)
-                continue
-            fact, msg = found[at], messages[at]
+        for at in compress(range(count), found):
+            fact = found[at]
             if fact is MISSING:
-                fact = self._fact(msg)
-            if fact is None:
-                continue
-            if self._at[self._done] < index:
-                matched += self._flush(index)
+                message = messages[at]
+                if "NCCL " in message and find_marker(message) >= 0:  # a second marker
+                    matched += self.line(lines[at], base + at) - 1
+                    continue
+                message = messages[at] = message.strip()
+                fact = facts.get(message, MISSING)
+                if fact is MISSING:
+                    fact = self._fact(message)
+                if fact is None:
+                    continue
             if proc is None:
                 proc = self.by_head.get(head) or self._proc(head)
-            if not proc.first_line:
-                proc.first_line = base + at
-            ops[fact[0]](proc, msg, base + at, fact)
+                if not proc.first_line:
+                    proc.first_line = base + at
+            ops[fact[0]](proc, messages[at], base + at, fact)
+        return matched + count
+
+    def _flush(self) -> int:
+        """Read the channel lines not read yet; returns how many were recognised."""
+        matched = 0
+        for start, end in self._pending:
+            matched += self._channels(self._block[start:end], self._base + start)
+        self._pending.clear()
         return matched
 
-    def _flush(self, index: int) -> int:
-        """Read the channel lines not read yet before ``block[index]``; returns how many were
-        recognised."""
-        at, done = self._at, self._done
-        end = bisect_left(at, index, done)
-        where = at[done:end]
-        self._done = end
-        if where[-1] - where[0] == end - done - 1:  # consecutive lines: a slice of the block
-            return self._channels(self._block[where[0] : where[-1] + 1], where, self._base)
-        return self._channels(list(map(self._block.__getitem__, where)), where, self._base)
-
-    def _channels(self, run: list[str], at: list[int], base: int) -> int:
-        """Read channel lines (``run``, at positions ``at`` of a block numbered from ``base``)
-        that no other line between them changes anything for; returns how many were
-        recognised.
+    def _channels(self, run: list[str], base: int) -> int:
+        """Read consecutive channel lines (``run``, numbered from ``base``) that no other line
+        between them changes anything for; returns how many were recognised.
 
         Those of one process through one device are counted on their joined text; counts of
         that text prove that each is an ordinary channel line, so that this reads them as
@@ -249,30 +233,28 @@ class BlockParser(_Parser):
         pos = first.find("NCCL ")
         prefix = first[: pos + 14]  # "host:pid:tid [dev] NCCL INFO Chan"
         if pos < 0 or not prefix.endswith("NCCL INFO Chan"):
-            return self._each(run, at, base)
-        # the lines without the prefix, each on a line of its own: a text half as long to count
-        # in, shorter by the prefix once for every line that starts with it
-        text = "\n".join(run)[len(prefix) :]
-        body = text.replace("\n" + prefix, "\n")
-        if len(text) - len(body) != (count - 1) * len(prefix) or "NCCL " in body:
-            return self._each(run, at, base)
-        nets = body.count("via NET/")
+            return self._each(run, base)
+        text = "\n".join(run)
+        if text.count("\n" + prefix) != count - 1 or text.count("NCCL ") != count:
+            return self._each(run, base)
+        nets = text.count("via NET/")
         if not nets:
             return count  # through P2P or shared memory: nothing to keep
-        start = body.find("via NET/")
-        end = body.find("\n", start)
-        tail = body[start:] if end < 0 else body[start:end]
-        sends = body.count("[send] via NET/")
-        if (len(tail) > _TAIL or body.count(tail + "\n") + body.endswith(tail) != nets
-                or body.count("[send]") != sends):
-            return self._each(run, at, base)
+        start = text.find("via NET/")
+        end = text.find("\n", start)
+        tail = text[start:] if end < 0 else text[start:end]
+        sends = text.count("[send] via NET/")
+        if (start < len(prefix) or len(tail) > _TAIL
+                or text.count(tail + "\n") + text.endswith(tail) != nets
+                or text.count("[send]") != sends):
+            return self._each(run, base)
         fact = self.tail_fact(tail)
         if fact is None:
             return count
         head = first[:pos]
         proc = self.by_head.get(head) or self._proc(head)
-        proc.first_line = proc.first_line or base + at[body.count("\n", 0, start)]
-        last = base + at[body.count("\n", 0, body.rfind("via NET/"))]
+        proc.first_line = proc.first_line or base + text.count("\n", 0, start)
+        last = base + text.count("\n", 0, text.rfind("via NET/"))
         _, network, index, _, gdr = fact
         if nets > sends:
             self.channels(proc, (network, index), True, gdr, nets - sends, last)
@@ -280,9 +262,9 @@ class BlockParser(_Parser):
             self.channels(proc, (network, index), False, gdr, sends, last)
         return count
 
-    def _each(self, run: list[str], at: list[int], base: int) -> int:
+    def _each(self, run: list[str], base: int) -> int:
         read = self.line
-        return sum(read(line, base + index) for line, index in zip(run, at, strict=True))
+        return sum(read(line, base + index) for index, line in enumerate(run))
 
 
 def blocks(stream: IO[str]) -> Iterator[tuple[list[str], bool]]:
