@@ -12,6 +12,7 @@ from clusterenv._cli._json import Encoded
 from clusterenv._scrub import scrub_setting
 from clusterenv.nccl_log import NcclLog, NetPlugin, RankInfo, nccl_log_findings, read_nccl_log
 from clusterenv.nccl_log.encode import log_fields, ranks_json
+from clusterenv.nccl_log.parse import no_cycle_collection
 
 _MAX_ROWS = 64
 
@@ -57,6 +58,13 @@ def _names(values: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Print what the log shows and the findings; exit 1 on errors, 2 when unreadable or when
     nothing in it is recognised."""
+    # the cycle collector off throughout: a log of thousands of processes is millions of
+    # objects, none in a cycle, which its passes would walk again and again
+    with no_cycle_collection():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.file == "-" and sys.stdin is None:
         from clusterenv.errors import DiscoveryError
 

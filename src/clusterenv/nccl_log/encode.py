@@ -45,7 +45,7 @@ def log_fields(log: NcclLog, ranks: Any) -> dict[str, Any]:
 def ranks_json(ranks: Sequence[RankInfo]) -> tuple[str, frozenset[str]]:
     """The compact JSON text of ``[r.to_dict() for r in ranks]`` (characters outside ASCII
     written as they are), and every key of the objects in it."""
-    string, number = _Texts(_string), _Texts(_number)
+    string = _Texts(_string)
     endpoints, endpoint = _Texts(_endpoints), _Texts(_endpoint)
     lists, pairs, tables = _Texts(_list), _Texts(_pairs), _Texts(_json)
     parts = []
@@ -55,19 +55,19 @@ def ranks_json(ranks: Sequence[RankInfo]) -> tuple[str, frozenset[str]]:
             keys.update(_ENDPOINT_KEYS)
         keys.update(r.env, r.facts)
         parts.append(
-            f'{{"host":{string[r.host]},"pid":{number[r.pid]},'
-            f'"cuda_device":{number[r.cuda_device]},"rank":{number[r.rank]},'
-            f'"nranks":{number[r.nranks]},"version":{string[r.version]},'
+            f'{{"host":{string[r.host]},"pid":{_number(r.pid)},'
+            f'"cuda_device":{_number(r.cuda_device)},"rank":{_number(r.rank)},'
+            f'"nranks":{_number(r.nranks)},"version":{string[r.version]},'
             f'"bootstrap_interface":{string[r.bootstrap_interface]},'
             f'"bootstrap_address":{string[r.bootstrap_address]},'
             f'"socket_interfaces":{endpoints[r.socket_interfaces]},"oob":{endpoint[r.oob]},'
             f'"transport":{string[r.transport]},"devices":{lists[r.devices]},'
-            f'"plugin":{string[r.plugin]},"net_channels":{number[r.net_channels]},'
-            f'"gdr_channels":{number[r.gdr_channels]},"env":{tables[tuple(r.env.items())]},'
-            f'"first_line":{number[r.first_line]},'
+            f'"plugin":{string[r.plugin]},"net_channels":{_number(r.net_channels)},'
+            f'"gdr_channels":{_number(r.gdr_channels)},"env":{tables[tuple(r.env.items())]},'
+            f'"first_line":{_number(r.first_line)},'
             f'"channel_devices":{pairs[r.channel_devices]},'
             f'"facts":{tables[tuple(r.facts.items())]},'
-            f'"failure":{string[r.failure]},"failure_line":{number[r.failure_line]}}}'
+            f'"failure":{string[r.failure]},"failure_line":{_number(r.failure_line)}}}'
         )
     return "[" + ",".join(parts) + "]", frozenset(keys)
 
@@ -100,7 +100,8 @@ def _string(value: str | None) -> str:
 
 
 def _number(value: int | None) -> str:
-    return _compact(value)
+    # what json writes for an int (int.__repr__); anything else as json writes it
+    return str(value) if type(value) is int else "null" if value is None else _compact(value)
 
 
 def _endpoint(value: SocketEndpoint | None) -> str:

@@ -258,6 +258,9 @@ def compare_facts(ranks: Sequence[RankInfo], *, connections: str,
         if name == "NCCL version":
             values.update(version for version, _ in banners)  # a process without a prefix
         if len(values) > 1:
+            spec = _spec(name)
+            if spec is not None and spec.agree == "reach" and connections == "worked":
+                continue  # no finding: the processes reached each other (nothing explains by it)
             groups = _groups(ranks, name)
             if name == "NCCL version":
                 for version, _ in banners:

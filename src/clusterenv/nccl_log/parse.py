@@ -55,8 +55,9 @@ _PROGRESS = frozenset({"ib_using", "network", "socket"})
 # Distinct message texts whose facts are cached, and distinct line prefixes remembered (each
 # cache is emptied when full: lines of one process come close together).
 _MAX_CACHED = 50_000
-# The line cache is first filled to this size to see whether lines repeat at all.
-_CACHE_PROBE = 4_096
+# The line cache is first filled to this size to see whether lines repeat at all (small: every
+# line of the sample costs more than it would with the cache off).
+_CACHE_PROBE = 1_024
 #: What a cache lookup returns for a text not in it (a tuple, so that it is true: the line
 #: cache's values are False, an empty tuple or the actions of a line, see :meth:`_Parser.feed`).
 MISSING: Any = ("missing",)

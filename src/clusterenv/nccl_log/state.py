@@ -193,7 +193,7 @@ class FactOps:
                 entry[4] = suffixes
             if host:
                 entry[3][host] = None
-            listed[label + (entry[4] or "")] = None
+            listed[label + entry[4] if entry[4] else label] = None
         proc.oob = proc.oob or oob
         if proc.inferred in (None, "Socket"):  # NCCL tries RDMA first, sockets when it fails
             proc.inferred = network
