@@ -141,7 +141,11 @@ class FactOps:
         self.nranks: int | None = None
         self.nnodes: int | None = None
         self.devices: dict[tuple[str, str, int | None], list[Any]] = {}
-        self.device_lists: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
+        # NET/IB device lists (by the id of the tuple, which each entry keeps alive): the list,
+        # the hosts that gave it, the labels a process lists (valid while no device gained a
+        # suffix since: self.suffixed), then per device its key, index, link, suffixes, label
+        self.device_lists: dict[int, list[Any]] = {}
+        self.suffixed = 0  # devices that gained a suffix ("/SHARP")
         self.gdr_hcas: dict[str, bool] = {}
         self.dmabuf: dict[int, None] = {}
         self.distance_disabled: dict[str, None] = {}
@@ -174,26 +178,36 @@ class FactOps:
     def _op_ib_using(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
         _, network, devices, oob = fact
         # every process of a job lists the same devices: what each entry needs is worked out
-        # once per list (what _device does, in one loop)
-        plan = self.device_lists.get((network, devices))
-        if plan is None:
+        # once per list (what _device does), and the list a host gave once per host
+        plan = self.device_lists.get(id(devices))
+        if plan is None or plan[0] is not devices:
             if len(self.device_lists) >= MAX_MESSAGES:
                 self.device_lists.clear()
-            plan = self.device_lists[network, devices] = [
+            plan = self.device_lists[id(devices)] = [devices, {}, -1, []] + [
                 ((network, name, int(port)), int(index), link, suffixes,
                  f"{name}:{int(port)}/{link}" if link else f"{name}:{int(port)}")
                 for index, name, port, link, suffixes in devices
             ]
-        host, known, listed = proc.host, self.devices, proc.devices
-        for key, index, link, suffixes, label in plan:
-            entry = known.get(key)
-            if entry is None:
-                entry = known[key] = [index, link, None, {}, suffixes]
-            if suffixes and not entry[4]:
-                entry[4] = suffixes
+        host = proc.host
+        if plan[2] != self.suffixed or (host and host not in plan[1]):
+            known, before, labels = self.devices, self.suffixed, []
+            for key, index, link, suffixes, label in plan[4:]:
+                entry = known.get(key)
+                if entry is None:
+                    entry = known[key] = [index, link, None, {}, suffixes]
+                if suffixes and not entry[4]:
+                    entry[4] = suffixes
+                    self.suffixed += 1
+                if host:
+                    entry[3][host] = None
+                labels.append(label + entry[4] if entry[4] else label)
             if host:
-                entry[3][host] = None
-            listed[label + entry[4] if entry[4] else label] = None
+                plan[1][host] = None
+            # the labels hold while no device gains a suffix (one that did during this loop may
+            # be labelled otherwise by the next process)
+            plan[2] = self.suffixed if self.suffixed == before else -1
+            plan[3] = labels
+        proc.devices.update(dict.fromkeys(plan[3]))
         proc.oob = proc.oob or oob
         if proc.inferred in (None, "Socket"):  # NCCL tries RDMA first, sockets when it fails
             proc.inferred = network
@@ -215,6 +229,7 @@ class FactOps:
             entry[2] = int(speed)
         if suffixes and not entry[4]:
             entry[4] = suffixes
+            self.suffixed += 1
         if proc.host:
             entry[3][proc.host] = None
         label = name if port_number is None else f"{name}:{port_number}"
