@@ -21,7 +21,7 @@ so that the result is the same as reading line by line (a test compares the two)
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import compress, groupby, repeat
+from itertools import compress, repeat
 from operator import contains, itemgetter
 from typing import IO, Any
 
@@ -119,14 +119,20 @@ class BlockParser(_Parser):
         change something are read when the second comes (:meth:`_channels`)."""
         self._block, self._base = block, base
         matched = start = 0
-        # the block as rows of consecutive channel lines and rows of other lines
-        for channels, row in groupby(map(contains, block, repeat(_CHANNEL))):
-            end = start + len(list(row))
+        count = len(block)
+        # the block as rows of consecutive channel lines and rows of other lines: a byte per
+        # line (1 for a channel line), whose runs bytes.find walks in C
+        kinds = bytes(map(contains, block, repeat(_CHANNEL)))
+        channels = kinds[:1] == b"\x01"
+        while start < count:
+            end = kinds.find(b"\x00" if channels else b"\x01", start)
+            if end < 0:
+                end = count
             if channels:
                 self._pending.append((start, end))
             else:
                 matched += self._others(start, end)
-            start = end
+            start, channels = end, not channels
         return matched + self._flush()
 
     def _others(self, start: int, end: int) -> int:

@@ -291,8 +291,16 @@ class _Parser(FactOps):
         return proc
 
     def finish(self, lines_read: int) -> NcclLog:
-        """The log, after :meth:`feed` returned ``lines_read``."""
-        return log_of(self, lines_read, self.matched)
+        """The log, after :meth:`feed` returned ``lines_read``; the parser reads no more lines
+        after it."""
+        try:
+            return log_of(self, lines_read, self.matched)
+        finally:
+            # The parser refers to itself (its table of bound methods, the actions its line
+            # cache replays): left so, all it holds (its caches, every process) would wait for
+            # the cycle collector, whose pass over them costs a tenth of reading a large log.
+            self.ops.clear()
+            self.by_line.clear()
 
     # -- lines without a marker (:mod:`clusterenv.nccl_log.foreign`) --------------------------
 
