@@ -2,9 +2,11 @@
 
 Each benchmark runs as a script of its own (a fresh interpreter), prints what it measured
 against its same-run baseline, and exits 1 when it misses its goal; a benchmark that cannot run
-on this machine (no libnccl for the probe) exits 77 and counts as skipped. ``--quick`` runs
+on this machine (no libnccl for the probe) exits 77 and counts as skipped; one that missed a
+goal not reached yet, but stayed within the bound that guards what was reached (no
+regression), exits 3 and is reported as an open goal, not as met. ``--quick`` runs
 the ones that take seconds, with fewer repetitions: CI runs that (``.ci/run``). Exit 1 when any
-benchmark missed its goal.
+benchmark missed its goal (an open goal within its bound does not fail the run).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ HERE = Path(__file__).resolve().parent
 
 #: Exit status of a benchmark that cannot run here (the automake convention for "skipped").
 SKIPPED = 77
+#: Exit status of a benchmark that missed a goal not reached yet, within its regression bound.
+OPEN = 3
 
 #: name -> (script, arguments for a full run, arguments for --quick or None when not quick).
 BENCHMARKS: dict[str, tuple[str, list[str], list[str] | None]] = {
@@ -57,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = subprocess.run([sys.executable, str(HERE / script),
                                *(quick if args.quick and quick is not None else full)],
                               check=False).returncode
-        outcome = {0: "met", SKIPPED: "skipped"}.get(code, f"MISSED (exit {code})")
+        outcome = {0: "met", SKIPPED: "skipped", OPEN: "open: goal not reached"}.get(
+            code, f"MISSED (exit {code})")
         results.append((name, outcome, time.perf_counter() - start))
         print(flush=True)
     for name, outcome, seconds in results:

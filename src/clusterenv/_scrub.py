@@ -222,12 +222,49 @@ def scrub_text(text: str) -> str:
     ``"NCCL_IB_KEY set by environment to ***"``.
     """
     if "=" in text or " set by environment to " in text:
-        text = _ASSIGNMENT.sub(_scrub_assignment, text)
+        text = _assignments(text) if len(text) > _LONG else _ASSIGNMENT.sub(_scrub_assignment, text)
     if "@" in text:
         text = _USERINFO.sub(lambda m: f"{m.group(1)}{HIDDEN}@", text)
     if "eyJ" in text:
         text = _JWT.sub(HIDDEN, text)
     return text
+
+
+# A text longer than this (a JSON document of a large log) is searched for its separators first.
+_LONG = 4096
+_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _assignments(text: str) -> str:
+    """``_ASSIGNMENT.sub(_scrub_assignment, text)``, with the expression tried only where it
+    can match: at the start of the word before each ``=`` or `` set by environment to ``.
+
+    Every match is a name ending right at its separator (a shorter name would leave a word
+    character where the separator must be), so it starts where the run of word characters
+    before that separator starts; the separators are taken in order, and one inside the text a
+    match already replaced is skipped, as ``sub`` resumes after each match. A long text with
+    few separators then costs a few searches, not an attempt at every character.
+    """
+    found = []
+    for separator in ("=", " set by environment to "):
+        at = text.find(separator)
+        while at >= 0:
+            found.append(at)
+            at = text.find(separator, at + 1)
+    parts: list[str] = []
+    done = 0  # text[:done] is in parts; no match may start before it
+    for end in sorted(found):
+        start = end
+        while start > done and text[start - 1] in _WORD:
+            start -= 1
+        if start == done and start > 0 and text[start - 1] in _WORD:
+            continue  # the word began inside the text a match replaced
+        match = _ASSIGNMENT.match(text, start)
+        if match is None or match.end(1) != end:
+            continue
+        parts += (text[done:start], _scrub_assignment(match))
+        done = match.end()
+    return "".join(parts) + text[done:] if parts else text
 
 
 def scrub_tree(data: Any) -> Any:

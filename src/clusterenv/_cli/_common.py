@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -11,10 +10,11 @@ import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
+from clusterenv._cli._json import dumps
 from clusterenv._jsonable import to_jsonable
 from clusterenv._root import Root
-from clusterenv._scrub import HIDDEN, is_secret_name, scrub_tree
-from clusterenv._text import escape_tree, printable
+from clusterenv._scrub import HIDDEN, is_secret_name
+from clusterenv._text import printable
 from clusterenv.findings import Finding, sort_findings
 
 __all__ = [
@@ -121,19 +121,18 @@ def host_context(args: argparse.Namespace) -> tuple[dict[str, str], Root]:
     return environ, root
 
 
-def emit_json(data: Any, stream: TextIO | None = None, *, compact: bool = False) -> None:
+def emit_json(data: Any, stream: TextIO | None = None, *, compact: bool = False,
+              converted: bool = False) -> None:
     """Print ``data`` as indented JSON (dataclasses and models become objects), secrets
     scrubbed (:func:`~clusterenv._scrub.scrub_tree`).
 
     ``compact`` prints it on one line, encoded by the json module's C encoder (for large
     outputs such as a log of thousands of processes); what it prints is the same data.
+    ``converted`` says that ``data`` is JSON data already (what ``to_dict()`` returns), so it
+    is not converted again.
     """
     out = stream or sys.stdout
-    tree = scrub_tree(escape_tree(to_jsonable(data)))
-    if compact:
-        out.write(json.dumps(tree, separators=(",", ":")) + "\n")
-        return
-    out.write(json.dumps(tree, indent=2) + "\n")
+    out.write(dumps(data if converted else to_jsonable(data), compact=compact) + "\n")
 
 
 _COLOURS = {"red": "31", "yellow": "33", "green": "32", "blue": "34", "bold": "1", "dim": "2"}

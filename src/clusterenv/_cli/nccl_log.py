@@ -8,9 +8,12 @@ import sys
 from typing import Any
 
 from clusterenv._cli._common import add_json, add_source, emit_json, render_findings, table
+from clusterenv._cli._json import Encoded
 from clusterenv._scrub import scrub_setting
 from clusterenv._text import count
 from clusterenv.nccl_log import NcclLog, NetPlugin, RankInfo, nccl_log_findings, read_nccl_log
+from clusterenv.nccl_log.encode import log_fields, ranks_json
+from clusterenv.nccl_log.parse import no_cycle_collection
 
 _MAX_ROWS = 64
 
@@ -56,6 +59,13 @@ def _names(values: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Print what the log shows and the findings; exit 1 on errors, 2 when unreadable or when
     nothing in it is recognised."""
+    # the cycle collector off throughout: a log of thousands of processes is millions of
+    # objects, none in a cycle, which its passes would walk again and again
+    with no_cycle_collection():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.file == "-" and sys.stdin is None:
         from clusterenv.errors import DiscoveryError
 
@@ -89,12 +99,15 @@ def run(args: argparse.Namespace) -> int:
     # nccl_log_findings puts the most likely cause first among the errors
     cause = findings[0] if findings and findings[0].severity == "error" else None
     if args.json:
-        data: dict[str, Any] = {"file": args.file, **log.to_dict()}
-        data["findings"] = findings
-        data["cause"] = cause
+        # JSON data already (to_dict()), on one line: a log of thousands of processes makes a
+        # large document
+        ranks, keys = ranks_json(log.ranks)
+        records = Encoded(ranks, keys, lambda: [rank.to_dict() for rank in log.ranks])
+        data: dict[str, Any] = {"file": args.file, **log_fields(log, records)}
+        data["findings"] = [f.to_dict() for f in findings]
+        data["cause"] = cause.to_dict() if cause else None
         data["summary"] = counts
-        # one line: a log of thousands of processes makes a large document
-        emit_json(data, compact=True)
+        emit_json(data, compact=True, converted=True)
     else:
         if cause is not None:
             print(f"most likely cause: {cause.title} [{cause.code}]")

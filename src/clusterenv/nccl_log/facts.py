@@ -14,9 +14,10 @@ import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain, repeat
 
 from clusterenv.findings import Code, Finding, Severity
-from clusterenv.nccl_log.model import RankInfo, parse_ip
+from clusterenv.nccl_log.model import RankInfo, SocketEndpoint, parse_ip
 
 __all__ = [
     "CODE_MIXED_ENV",
@@ -29,6 +30,7 @@ __all__ = [
     "FACTS",
     "FactSpec",
     "compare_facts",
+    "fact_table",
     "process_facts",
 ]
 
@@ -139,8 +141,10 @@ def _subnet(address: str | None) -> str | None:
     ip = parse_ip(address) if address else None
     if ip is None or ip.is_loopback:
         return None
-    prefix = 24 if ip.version == 4 else 64
-    return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+    if ip.version == 4:  # as ipaddress.ip_network(f"{ip}/24") writes it, without building one
+        a, b, c, _ = ip.packed
+        return f"{a}.{b}.{c}.0/24"
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False))
 
 
 def _driver(value: str | None) -> str | None:
@@ -154,25 +158,55 @@ def process_facts(rank: RankInfo, *, driver: str | None = None, plugin_error: st
                   plugin_rejected: str | None = None) -> dict[str, str]:
     """The fact table of one process (only the facts its lines state); its ``NCCL_*``
     settings are compared from ``rank.env``."""
+    return fact_table(
+        version=rank.version, driver=driver, plugin=rank.plugin, plugin_error=plugin_error,
+        plugin_rejected=plugin_rejected, transport=rank.transport,
+        channel_devices=rank.channel_devices, bootstrap_interface=rank.bootstrap_interface,
+        bootstrap_address=rank.bootstrap_address, oob=rank.oob, devices=rank.devices,
+    )
+
+
+def fact_table(*, version: str | None, driver: str | None, plugin: str | None,
+               plugin_error: str | None, plugin_rejected: str | None, transport: str | None,
+               channel_devices: tuple[tuple[str, int], ...], bootstrap_interface: str | None,
+               bootstrap_address: str | None, oob: SocketEndpoint | None,
+               devices: tuple[str, ...]) -> dict[str, str]:
+    """:func:`process_facts` from the fields of a process, before its
+    :class:`~clusterenv.nccl_log.model.RankInfo` is made (the parser builds one per process)."""
+    link, count = _device_facts(devices)
     facts: dict[str, str | None] = {
-        "NCCL version": rank.version,
+        "NCCL version": version,
         "CUDA driver": _driver(driver),
-        "net plugin": (rank.plugin if rank.plugin else
+        "net plugin": (plugin if plugin else
                        f"not loaded: {plugin_error}" if plugin_error else
                        f"rejected: {plugin_rejected}" if plugin_rejected else None),
-        "network": rank.transport,
-        "channel transports": ", ".join(sorted({n for n, _ in rank.channel_devices})) or None,
-        "bootstrap interface": rank.bootstrap_interface,
-        "bootstrap subnet": _subnet(rank.bootstrap_address),
-        "OOB interface": rank.oob.interface if rank.oob else None,
-        "OOB subnet": _subnet(rank.oob.address) if rank.oob else None,
-        "link layer": ", ".join(sorted({d.rsplit("/", 1)[-1] for d in rank.devices
-                                        if d.count("/") == 1})) or None,
-        # NET/IB lists every device in one line (a plugin's lists come a device at a time, and
-        # an excerpt may hold some of them only)
-        "RDMA devices": str(len(ib)) if (ib := [d for d in rank.devices if "/" in d]) else None,
+        "network": transport,
+        "channel transports": _networks(channel_devices),
+        "bootstrap interface": bootstrap_interface,
+        "bootstrap subnet": _subnet(bootstrap_address),
+        "OOB interface": oob.interface if oob else None,
+        "OOB subnet": _subnet(oob.address) if oob else None,
+        "link layer": link,
+        "RDMA devices": count,
     }
     return {name: value for name, value in facts.items() if value}
+
+
+# The processes of a job list the same devices and channels: each table is worked out once.
+@lru_cache(maxsize=4096)
+def _device_facts(devices: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """The ``link layer`` and ``RDMA devices`` facts of a process's device list."""
+    link = ", ".join(sorted({d.rsplit("/", 1)[-1] for d in devices if d.count("/") == 1}))
+    # NET/IB lists every device in one line (a plugin's lists come a device at a time, and an
+    # excerpt may hold some of them only)
+    ib = [d for d in devices if "/" in d]
+    return link or None, str(len(ib)) if ib else None
+
+
+@lru_cache(maxsize=4096)
+def _networks(channel_devices: tuple[tuple[str, int], ...]) -> str | None:
+    """The ``channel transports`` fact: the networks of a process's channels."""
+    return ", ".join(sorted({n for n, _ in channel_devices})) or None
 
 
 def _spec(name: str) -> FactSpec | None:
@@ -213,12 +247,24 @@ def compare_facts(ranks: Sequence[RankInfo], *, connections: str,
             ``NCCL_DEBUG=VERSION``), each one more process, as ``(version, line)``.
     """
     differing: dict[str, dict[str, list[RankInfo]]] = {}
-    for name in dict.fromkeys(name for rank in ranks for name in (*rank.facts, *rank.env)):
-        groups = _groups(ranks, name)
+    tables = [rank.facts for rank in ranks]
+    envs = [rank.env for rank in ranks]
+    # every name in the order the processes state them (the loops run in C: a log may hold
+    # thousands of processes, and most facts agree, so only a differing one is grouped)
+    names = chain.from_iterable(chain.from_iterable(zip(tables, envs, strict=True)))
+    for name in dict.fromkeys(names):
+        values = set(map(dict.get, envs if name.startswith("NCCL_") else tables, repeat(name)))
+        values.discard(None)
         if name == "NCCL version":
-            for version, _ in banners:  # a banner is a process without a prefix
-                groups.setdefault(version, [])
-        if len(groups) > 1:
+            values.update(version for version, _ in banners)  # a process without a prefix
+        if len(values) > 1:
+            spec = _spec(name)
+            if spec is not None and spec.agree == "reach" and connections == "worked":
+                continue  # no finding: the processes reached each other (nothing explains by it)
+            groups = _groups(ranks, name)
+            if name == "NCCL version":
+                for version, _ in banners:
+                    groups.setdefault(version, [])
             differing[name] = groups
     if "NCCL version" not in differing and len({v for v, _ in banners}) > 1:
         differing["NCCL version"] = {v: [] for v, _ in banners}

@@ -290,9 +290,9 @@ def _dmabuf(msg: str) -> Fact | None:
 
 
 def _comm(msg: str) -> Fact | None:
-    ranks = _COMM.search(msg)
-    nodes = _NNODES.search(msg)
-    alone = None if ranks else _NRANKS.search(msg)  # NCCL 2.4: "nranks 16" without "rank N"
+    ranks = _COMM.search(msg) if "anks " in msg else None  # (each searched only where it can be)
+    nodes = _NNODES.search(msg) if "nNodes " in msg else None
+    alone = None if ranks or "anks" not in msg else _NRANKS.search(msg)  # NCCL 2.4: no "rank N"
     if ranks is None and nodes is None and alone is None:
         return _progress(msg)
     return (

@@ -31,6 +31,7 @@ _A = re.ASCII
 # else in front of it (a launcher's "[1,0]<stdout>:", a CloudWatch " | " column, quotes) is a
 # decoration.
 _HEADER = re.compile(r"([\w.-]{1,253}):([0-9]{1,10}):[0-9]{1,10} \[([0-9]{1,5})\] ?$", _A)
+_PLAIN_HEADER = re.compile(r"([\w.-]{1,253}):([0-9]{1,10}):[0-9]{1,10} \[([0-9]{1,5})\] ?", _A)
 _DEVICE = re.compile(r" \[[0-9]{1,5}\] ", _A)
 # An ISO 8601 / syslog-style date and time, possibly glued to the host name that follows it
 # (CloudWatch exports print "2025-03-01T12:00:00.123-07:00node1:42:42 [0] NCCL INFO ...").
@@ -200,6 +201,10 @@ def parse_header(head: str) -> tuple[str, int, int] | None:
     host name (``...-07:00node1:42:42 [0]`` is host ``node1``, not ``00node1``); a WARN's source
     location after it is skipped.
     """
+    if len(head) < 600 and (match := _PLAIN_HEADER.fullmatch(head)) is not None:
+        # the whole head is the header (the leftmost match, from its first character: nothing
+        # before the host can be a timestamp glued to it)
+        return match.group(1), int(match.group(2)), int(match.group(3))
     tail = _without_source(head[-900:])[-600:]
     match = _HEADER.search(tail)
     if match is None:

@@ -1,22 +1,25 @@
-"""The streaming parser behind :func:`clusterenv.nccl_log.parse_nccl_log`.
+"""The streaming parser behind :func:`clusterenv.nccl_log.parse_nccl_log`, line by line.
 
 Speed matters (logs of many GB exist): a line without ``NCCL`` costs one substring test and one
 search for the words of the failures PyTorch and others print; a marker line costs a ``find``, a
 slice and a dict lookup of its message text in a cache of facts
 (:func:`clusterenv.nccl_log.info.parse_info` and, for INFO lines it has no rule for, the
 catalogue's lookup run once per distinct message); only lines that state a fact touch the
-per-process state (:mod:`clusterenv.nccl_log.state`).
+per-process state (:mod:`clusterenv.nccl_log.state`). A line seen before costs one dict lookup
+in a cache of whole lines (while lines repeat).
+
+What one line does is :meth:`_Parser.line` (and, for a line seen before, the actions the line
+cache keeps): :mod:`clusterenv.nccl_log.blocks` reads files in blocks of lines, setting apart in
+bulk the lines that need nothing, and calls the same code for the others, so both read the same.
 """
 
 from __future__ import annotations
 
 import gc
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from itertools import compress, count, repeat
-from operator import and_, contains, itemgetter, not_
-from typing import IO, Any
+from itertools import count
+from typing import Any
 
 from clusterenv.nccl_log.catalogue import lookup_message
 from clusterenv.nccl_log.foreign import Foreign, recognise, recognise_last_error
@@ -30,9 +33,10 @@ from clusterenv.nccl_log.lines import (
     split_messages,
 )
 from clusterenv.nccl_log.model import NcclLog
+from clusterenv.nccl_log.result import log_of
 from clusterenv.nccl_log.state import MAX_TEXT, FactOps, Process
 
-__all__ = ["MAX_LINE", "parse_lines", "parse_stream"]
+__all__ = ["MAX_LINE", "MISSING", "no_cycle_collection", "parse_lines"]
 
 #: Characters of one line that are read; the rest of a longer line is skipped unread, so that a
 #: file without newlines (a binary, a log joined into one line) costs bounded memory.
@@ -51,9 +55,12 @@ _PROGRESS = frozenset({"ib_using", "network", "socket"})
 # Distinct message texts whose facts are cached, and distinct line prefixes remembered (each
 # cache is emptied when full: lines of one process come close together).
 _MAX_CACHED = 50_000
-# The line cache is first filled to this size to see whether lines repeat at all.
-_CACHE_PROBE = 4_096
-_MISSING: Any = object()
+# The line cache is first filled to this size to see whether lines repeat at all (small: every
+# line of the sample costs more than it would with the cache off).
+_CACHE_PROBE = 1_024
+#: What a cache lookup returns for a text not in it (a tuple, so that it is true: the line
+#: cache's values are False, an empty tuple or the actions of a line, see :meth:`_Parser.feed`).
+MISSING: Any = ("missing",)
 _TAGS = frozenset({"INFO ", "WARN "})
 # Channel lines are most of a large job's lines, each with its own ranks: those through P2P or
 # shared memory state nothing, those through a network are read without the fact cache.
@@ -68,8 +75,8 @@ class _Parser(FactOps):
         self.channel_tails: dict[str, Fact | None] = {}  # "via NET/IB/0/GDRDMA" -> its fact
         self.warn_facts: dict[str, Fact] = {}
         self.by_head: dict[str, Process] = {}
-        # whole line -> what it does: False (nothing recognised), True (recognised, nothing to
-        # do) or the actions left to run when the same line comes again (see _analyse)
+        # whole line -> what it does: False (nothing recognised), () (recognised, nothing to do
+        # again) or the actions left to run when the same line comes again (see line())
         self.by_line: dict[str, Any] = {}
         self.ops: dict[str, Callable[..., None]] = {
             name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")
@@ -77,6 +84,7 @@ class _Parser(FactOps):
         self.cache_from = 0  # line number from which lines are remembered again
         self.cache_start = 0  # line number where the line cache was last emptied
         self.cache_limit = _CACHE_PROBE  # entries at which the line cache is reviewed
+        self.cache_changes = 0  # times the line cache was emptied (or switched off)
         self.last_error_line = -1  # PyTorch's "Last error:" with NCCL's text on the next line
 
     # -- reading ------------------------------------------------------------------------------
@@ -84,86 +92,84 @@ class _Parser(FactOps):
     def feed(self, lines: Iterable[str], numbers: Iterable[int] | None = None) -> int:
         """Read every line; returns how many there were.
 
-        The hot path is one dict lookup per line: a line seen before (every rank prints the same
-        lines, jobs repeat them) replays only the actions that still change something. A line
-        seen for the first time with one ``NCCL INFO`` message is handled inline (no call);
-        anything else goes through :meth:`_analyse`. ``numbers`` are the lines' numbers when
-        they are not 1, 2, 3, ...
+        A line seen before (every rank prints the same lines, jobs repeat them) costs one dict
+        lookup and replays only the actions that still change something; any other goes
+        through :meth:`line`. ``numbers`` are the lines' numbers when they are not 1, 2, 3, ...
         """
-        by_line, facts, by_head, ops = self.by_line, self.facts, self.by_head, self.ops
-        get, get_fact, get_proc = by_line.get, facts.get, by_head.get
-        analyse, new_fact, new_proc = self._analyse, self._fact, self._proc
-        missing, limit = _MISSING, MAX_LINE
+        get, read = self.by_line.get, self.line
         number = matched = 0
-        cache_from, cache_limit = self.cache_from, self.cache_limit
         for number, line in zip(count(1) if numbers is None else numbers, lines):  # noqa: B905
             # while the line cache is off (lines did not repeat), do not even hash the line
-            actions = get(line) if number >= cache_from else None
-            if actions is None:
-                pos = line.find("NCCL ")
-                if (pos < 0 or line[pos + 5 : pos + 10] != "INFO " or len(line) >= limit
-                        or (line.find("NCCL ", pos + 10) >= 0
-                            and find_marker(line, pos + 10) >= 0)):
-                    matched += analyse(line, number)  # ran its actions, remembered the line
-                    cache_from, cache_limit = self.cache_from, self.cache_limit
-                    continue
-                if number < cache_from and line.startswith("Chan", pos + 10):
-                    # most lines of a large job, each with its own ranks: read in place (once
-                    # the line cache found that lines do not repeat)
-                    matched += 1
-                    at = line.find("via NET/", pos + 10)
-                    if at >= 0:
-                        self._channel(line, pos, at, number)
-                    continue
-                msg = line[pos + 10 :].strip()
-                if "|" in msg or '"' in msg:  # an export's column or quote: rare
-                    msg = message_end(msg)
-                fact = get_fact(msg, missing)
-                if fact is missing:
-                    fact = new_fact(msg)
+            actions = get(line, MISSING) if number >= self.cache_from else MISSING
+            if actions is MISSING:
+                matched += read(line, number)
+            elif actions is not False:
                 matched += 1
-                if fact is None:
-                    result: Any = True
-                else:
-                    head = line[:pos]
-                    proc = get_proc(head) or new_proc(head)
-                    op = ops[fact[0]]
-                    if not proc.first_line:
-                        proc.first_line = number
-                    op(proc, msg, number, fact)
-                    result = self._replay(op, proc, msg, fact)
-                if number >= cache_from:
-                    if len(by_line) >= cache_limit:
-                        self._cache_full(number)
-                        cache_from, cache_limit = self.cache_from, self.cache_limit
-                    by_line[line] = result
-                continue
-            if actions is False:
-                continue
-            matched += 1
-            if actions is not True:
                 for op, proc, msg, fact in actions:
                     op(proc, msg, number, fact)
         self.matched += matched
         return number
 
-    def _analyse(self, line: str, number: int) -> Any:
-        """What a line not seen before does (the cases :meth:`feed` does not handle inline: no
+    def line(self, line: str, number: int) -> int:
+        """Read a line the line cache does not hold (or while it is off); returns 1 when it is
+        recognised, else 0.
+
+        A line with one ``NCCL INFO`` message is handled here; anything else (no marker, a
+        WARN, several messages, an over-long line) goes through :meth:`_analyse`. While the
+        cache is on, the line is remembered with what a repeat of it must run again.
+        """
+        pos = line.find("NCCL ")
+        if (pos < 0 or line[pos + 5 : pos + 10] != "INFO " or len(line) >= MAX_LINE
+                or (line.find("NCCL ", pos + 10) >= 0 and find_marker(line, pos + 10) >= 0)):
+            return self._analyse(line, number)
+        cached = number >= self.cache_from
+        if not cached and line.startswith("Chan", pos + 10):
+            # most lines of a large job, each with its own ranks: read in place (once the line
+            # cache found that lines do not repeat)
+            at = line.find("via NET/", pos + 10)
+            if at >= 0:
+                self.channel(line, pos, at, number)
+            return 1
+        msg = line[pos + 10 :].strip()
+        if "|" in msg or '"' in msg:  # an export's column or quote: rare
+            msg = message_end(msg)
+        fact = self.facts.get(msg, MISSING)
+        if fact is MISSING:
+            fact = self._fact(msg)
+        result: Any = ()
+        if fact is not None:
+            head = line[:pos]
+            proc = self.by_head.get(head) or self._proc(head)
+            op = self.ops[fact[0]]
+            if not proc.first_line:
+                proc.first_line = number
+            op(proc, msg, number, fact)
+            if cached:
+                result = self._replay(op, proc, msg, fact)
+        if cached:
+            self._remember(line, number, result)
+        return 1
+
+    def _remember(self, line: str, number: int, result: Any) -> None:
+        if len(self.by_line) >= self.cache_limit:
+            self._cache_full(number)
+        self.by_line[line] = result
+
+    def _analyse(self, line: str, number: int) -> bool:
+        """What a line not seen before does (the cases :meth:`line` does not handle itself: no
         marker, a WARN, several messages, an over-long line): runs its actions once and
         remembers what a repeat of the line must run again. Returns whether it was
         recognised."""
         cache = True
         if len(line) >= MAX_LINE and line[-1:] != "\n":
-            line, cache = line[:MAX_LINE], False  # _blocks read past the rest of it
+            line, cache = line[:MAX_LINE], False  # a block reader read past the rest of it
         pos = line.find("NCCL ")
         if pos >= 0 and line[pos + 5 : pos + 10] not in _TAGS:
             pos = find_marker(line, pos + 5)
         result: Any = self._unmarked(line, number) if pos < 0 else self._messages(line, pos,
                                                                                  number)
         if cache and number >= self.cache_from:
-            if len(self.by_line) >= self.cache_limit:
-                self._cache_full(number)
-            self.by_line[line] = result
+            self._remember(line, number, result)
         return result is not False
 
     def _cache_full(self, number: int) -> None:
@@ -180,6 +186,7 @@ class _Parser(FactOps):
             self.cache_limit = _MAX_CACHED
         self.by_line.clear()
         self.cache_start = max(number, self.cache_from)
+        self.cache_changes += 1
 
     def _replay(self, op: Callable[..., None], proc: Process, msg: str, fact: Fact) -> Any:
         """What a repeat of a line must run again: nothing for a fact that only sets something
@@ -188,14 +195,13 @@ class _Parser(FactOps):
             return ((op, proc, msg, fact),)
         if fact[0] in _PROGRESS:
             return ((self._op_progress, proc, msg, fact),)
-        return True
+        return ()
 
     def _run(self, actions: list[tuple[Any, ...]], number: int) -> Any:
         for op, proc, msg, fact in actions:
             proc.first_line = proc.first_line or number
             op(proc, msg, number, fact)
-        replays = tuple(r for a in actions if (r := self._replay(*a)) is not True)
-        return tuple(step for replay in replays for step in replay) or True
+        return tuple(step for action in actions for step in self._replay(*action))
 
     def _messages(self, line: str, pos: int, number: int) -> Any:
         """A WARN line, or a line holding several messages: run them, return the repeatable."""
@@ -210,69 +216,21 @@ class _Parser(FactOps):
                 actions.append(action)
         return self._run(actions, number)
 
-    def feed_block(self, lines: list[str], first: int) -> None:
-        """Read a block of lines (without their newlines) numbered from ``first``.
-
-        Channel lines are most lines of a large job, each with its own ranks; one pass in C
-        (``map``, ``compress``, ``zip``, ``Counter``) sets them apart and counts those through a
-        network by process and device, with the number of each process's last and first such
-        line, and every other line goes through :meth:`feed` in order. A block this pass cannot
-        split (an export's columns, two messages in one line, a line cut short) is read line by
-        line.
-        """
-        numbers = range(first, first + len(lines))
-        if first >= self.cache_from:  # lines repeat: the line cache reads them fastest
-            self.feed(lines, numbers)
-            return
-        channel = list(map(contains, lines, repeat(" NCCL INFO Channel ")))
-        if sum(channel) < len(lines) // 4 or not self._splittable(lines, channel):
-            self.feed(lines, numbers)
-            return
-        self.feed(compress(lines, map(not_, channel)), compress(numbers, map(not_, channel)))
-        self.matched += sum(channel)
-        net_flags = list(map(and_, channel, map(contains, lines, repeat("via NET/"))))
-        net = list(compress(lines, net_flags))
-        if not net:
-            return
-        where = list(compress(numbers, net_flags))
-        heads, _, messages = zip(*map(str.partition, net, repeat("NCCL INFO ")), strict=True)
-        latest = dict(zip(heads, where, strict=True))  # a dict keeps the last value of a key
-        earliest = dict(zip(reversed(heads), reversed(where), strict=True))
-        tails = map(itemgetter(2), map(str.partition, messages, repeat("via NET/")))
-        sends = map(contains, messages, repeat("[send]"))
-        for (head, tail, send), times in Counter(zip(heads, tails, sends, strict=True)).items():
-            fact = self._tail_fact("via NET/" + tail)
-            if fact is None:
-                continue
-            proc = self.by_head.get(head) or self._proc(head)
-            proc.first_line = proc.first_line or earliest[head]
-            _, network, index, _, gdr = fact
-            self.channels(proc, (network, index), not send, gdr, times,
-                          max(latest[head], proc.progress_line))
-
-    def _splittable(self, lines: list[str], channel: list[bool]) -> bool:
-        """Whether a block's channel lines can be set apart (see :meth:`feed_block`)."""
-        return not (
-            any(map(contains, lines, repeat(" | "))) or any(map(contains, lines, repeat('"')))
-            or sum(map(str.count, lines, repeat("NCCL INFO "))) != sum(
-                map(contains, lines, repeat("NCCL INFO ")))
-            or any(map(contains, compress(lines, channel), repeat("NCCL WARN ")))
-            or max(map(len, lines)) >= MAX_LINE
-        )
-
-    def _tail_fact(self, tail: str) -> Fact | None:
-        fact = self.channel_tails.get(tail, _MISSING)
-        if fact is _MISSING:
+    def tail_fact(self, tail: str) -> Fact | None:
+        """The fact of a channel line's ``via NET/...`` text (the same for every rank using that
+        device), cached by it."""
+        fact = self.channel_tails.get(tail, MISSING)
+        if fact is MISSING:
             fact = channel_fact(tail)
             if len(self.channel_tails) >= _MAX_CACHED:
                 self.channel_tails.clear()
             self.channel_tails[tail] = fact
         return fact  # type: ignore[no-any-return]
 
-    def _channel(self, line: str, pos: int, at: int, number: int) -> None:
-        """A ``Channel ... via NET/...`` line: its fact comes from the text after ``via`` (the
-        same for every rank using that device), cached by it."""
-        fact = self._tail_fact(line[at : at + 120])
+    def channel(self, line: str, pos: int, at: int, number: int) -> None:
+        """A ``Channel ... via NET/...`` line whose marker is at ``pos`` and ``via NET/`` at
+        ``at``: its fact comes from the text after ``via`` (:meth:`tail_fact`)."""
+        fact = self.tail_fact(line[at : at + 120])
         if fact is None:
             return
         _, network, index, _, gdr = fact
@@ -299,8 +257,8 @@ class _Parser(FactOps):
         return fact
 
     def _info_action(self, head: str, msg: str) -> tuple[Any, ...] | None:
-        fact = self.facts.get(msg, _MISSING)
-        if fact is _MISSING:
+        fact = self.facts.get(msg, MISSING)
+        if fact is MISSING:
             fact = self._fact(msg)
         if fact is None:
             return None
@@ -333,8 +291,16 @@ class _Parser(FactOps):
         return proc
 
     def finish(self, lines_read: int) -> NcclLog:
-        """The log, after :meth:`feed` returned ``lines_read``."""
-        return self.result(lines_read, self.matched)
+        """The log, after :meth:`feed` returned ``lines_read``; the parser reads no more lines
+        after it."""
+        try:
+            return log_of(self, lines_read, self.matched)
+        finally:
+            # The parser refers to itself (its table of bound methods, the actions its line
+            # cache replays): left so, all it holds (its caches, every process) would wait for
+            # the cycle collector, whose pass over them costs a tenth of reading a large log.
+            self.ops.clear()
+            self.by_line.clear()
 
     # -- lines without a marker (:mod:`clusterenv.nccl_log.foreign`) --------------------------
 
@@ -379,7 +345,7 @@ class _Parser(FactOps):
 
 
 @contextmanager
-def _no_cycle_collection() -> Iterator[None]:
+def no_cycle_collection() -> Iterator[None]:
     """The cycle collector off while a log is read: the parser makes millions of small objects
     and no cycles, and the collector's passes over them grow with the log (a fifth of the time
     on a log of thousands of processes). Its state is restored after."""
@@ -394,53 +360,6 @@ def _no_cycle_collection() -> Iterator[None]:
 
 def parse_lines(lines: Iterable[str]) -> NcclLog:
     """Parse log lines (see :func:`clusterenv.nccl_log.parse_nccl_log`)."""
-    with _no_cycle_collection():
+    with no_cycle_collection():
         parser = _Parser()
         return parser.finish(parser.feed(lines))
-
-
-#: Characters read at a time from a file; the lines in them are a block.
-_BLOCK = 1 << 20
-
-
-def _blocks(stream: IO[str]) -> Iterator[list[str]]:
-    """The lines of ``stream``, without their newlines, in blocks of about :data:`_BLOCK`
-    characters; a line longer than :data:`MAX_LINE` is cut there and the rest of it is read
-    past, never kept (a file without newlines costs bounded memory)."""
-    carry = ""
-    skipping = False  # inside a line already cut
-    while True:
-        chunk = stream.read(_BLOCK)
-        if not chunk:
-            if carry:
-                yield [carry]
-            return
-        end = chunk.rfind("\n")
-        if end < 0:  # no line ends here
-            if not skipping:
-                carry += chunk
-                if len(carry) >= MAX_LINE:
-                    yield [carry[:MAX_LINE]]
-                    carry, skipping = "", True
-            continue
-        lines = (carry + chunk[:end]).split("\n")
-        if skipping:
-            lines = lines[1:]  # the rest of the line that was cut
-            skipping = False
-        carry = chunk[end + 1 :]
-        if lines:
-            yield lines
-
-
-def parse_stream(stream: Any) -> NcclLog:
-    """Parse an open text file, block by block, reading at most :data:`MAX_LINE` characters
-    of any line (the rest of a longer line is read past, never kept)."""
-    if not hasattr(stream, "read"):
-        return parse_lines(stream)
-    with _no_cycle_collection():
-        parser = _Parser()
-        read = 0
-        for block in _blocks(stream):
-            parser.feed_block(block, read + 1)
-            read += len(block)
-        return parser.finish(read)

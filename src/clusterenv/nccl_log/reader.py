@@ -10,8 +10,9 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from clusterenv.errors import DiscoveryError
+from clusterenv.nccl_log.blocks import parse_stream
 from clusterenv.nccl_log.model import NcclLog
-from clusterenv.nccl_log.parse import parse_lines, parse_stream
+from clusterenv.nccl_log.parse import parse_lines
 
 __all__ = ["parse_nccl_log", "read_nccl_log"]
 

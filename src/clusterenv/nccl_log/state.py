@@ -1,5 +1,6 @@
 """What the parser keeps while it reads: one record per process, the messages counted by text,
-the plugins, and the step that turns them into a :class:`~clusterenv.nccl_log.model.NcclLog`.
+and the plugins (:mod:`clusterenv.nccl_log.result` turns them into a
+:class:`~clusterenv.nccl_log.model.NcclLog`).
 
 :class:`FactOps` applies the facts of :func:`~clusterenv.nccl_log.info.parse_info` (one method
 per fact name, each given the process, the message, its line number and the fact); the reading
@@ -8,24 +9,13 @@ loop (:mod:`clusterenv.nccl_log.parse`) inherits it.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from clusterenv.nccl_log.catalogue import CatalogueMatch
-from clusterenv.nccl_log.facts import process_facts
 from clusterenv.nccl_log.info import Fact
-from clusterenv.nccl_log.model import (
-    INTERNAL_NETWORKS,
-    GpuDirect,
-    LogMessage,
-    NcclLog,
-    NetDevice,
-    NetPlugin,
-    RankInfo,
-    SocketEndpoint,
-)
+from clusterenv.nccl_log.model import LogMessage, SocketEndpoint
 
-__all__ = ["MAX_MESSAGES", "MAX_TEXT", "FactOps", "Messages", "Process"]
+__all__ = ["MAX_MESSAGES", "MAX_TEXT", "FactOps", "Messages", "Plugin", "Process"]
 
 # Distinct messages kept per list; a log of a million different retries stays small.
 MAX_MESSAGES = 500
@@ -151,6 +141,11 @@ class FactOps:
         self.nranks: int | None = None
         self.nnodes: int | None = None
         self.devices: dict[tuple[str, str, int | None], list[Any]] = {}
+        # NET/IB device lists (by the id of the tuple, which each entry keeps alive): the list,
+        # the hosts that gave it, the labels a process lists (valid while no device gained a
+        # suffix since: self.suffixed), then per device its key, index, link, suffixes, label
+        self.device_lists: dict[int, list[Any]] = {}
+        self.suffixed = 0  # devices that gained a suffix ("/SHARP")
         self.gdr_hcas: dict[str, bool] = {}
         self.dmabuf: dict[int, None] = {}
         self.distance_disabled: dict[str, None] = {}
@@ -182,8 +177,37 @@ class FactOps:
 
     def _op_ib_using(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
         _, network, devices, oob = fact
-        for index, name, port, link, suffixes in devices:
-            self._device(proc, network, index, name, port, link=link, suffixes=suffixes)
+        # every process of a job lists the same devices: what each entry needs is worked out
+        # once per list (what _device does), and the list a host gave once per host
+        plan = self.device_lists.get(id(devices))
+        if plan is None or plan[0] is not devices:
+            if len(self.device_lists) >= MAX_MESSAGES:
+                self.device_lists.clear()
+            plan = self.device_lists[id(devices)] = [devices, {}, -1, []] + [
+                ((network, name, int(port)), int(index), link, suffixes,
+                 f"{name}:{int(port)}/{link}" if link else f"{name}:{int(port)}")
+                for index, name, port, link, suffixes in devices
+            ]
+        host = proc.host
+        if plan[2] != self.suffixed or (host and host not in plan[1]):
+            known, before, labels = self.devices, self.suffixed, []
+            for key, index, link, suffixes, label in plan[4:]:
+                entry = known.get(key)
+                if entry is None:
+                    entry = known[key] = [index, link, None, {}, suffixes]
+                if suffixes and not entry[4]:
+                    entry[4] = suffixes
+                    self.suffixed += 1
+                if host:
+                    entry[3][host] = None
+                labels.append(label + entry[4] if entry[4] else label)
+            if host:
+                plan[1][host] = None
+            # the labels hold while no device gains a suffix (one that did during this loop may
+            # be labelled otherwise by the next process)
+            plan[2] = self.suffixed if self.suffixed == before else -1
+            plan[3] = labels
+        proc.devices.update(dict.fromkeys(plan[3]))
         proc.oob = proc.oob or oob
         if proc.inferred in (None, "Socket"):  # NCCL tries RDMA first, sockets when it fails
             proc.inferred = network
@@ -205,6 +229,7 @@ class FactOps:
             entry[2] = int(speed)
         if suffixes and not entry[4]:
             entry[4] = suffixes
+            self.suffixed += 1
         if proc.host:
             entry[3][proc.host] = None
         label = name if port_number is None else f"{name}:{port_number}"
@@ -343,111 +368,3 @@ class FactOps:
     def _op_ofi_trouble(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
         self._placeholder(proc, "aws-ofi-nccl").evidence[msg[:MAX_TEXT]] = None
         self.notices.add(msg, "plugin", None, number, proc)
-
-    # -- the result ---------------------------------------------------------------------------
-
-    def result(self, lines_read: int, lines_matched: int) -> NcclLog:
-        """The log as read so far."""
-        procs = [p for p in self.procs.values() if p.has_facts()]
-        # a process whose "Using network" line is missing (cut, or another subsystem's debug
-        # output) used the network the other users of its plugin name, when they agree
-        networks: dict[int, set[str]] = {}
-        for proc in procs:
-            if proc.plugin is not None and proc.network and proc.network not in INTERNAL_NETWORKS:
-                networks.setdefault(id(proc.plugin), set()).add(proc.network)
-        for proc in procs:
-            named = networks.get(id(proc.plugin)) if proc.plugin is not None else None
-            if named and len(named) == 1 and not proc.plugin_net:
-                proc.plugin_net = next(iter(named))
-        ranks = sorted(
-            (_rank(p) for p in procs),
-            key=lambda r: (r.rank is None, r.rank or 0, r.host or "", r.pid or 0),
-        )
-        counts = Counter(p.version for p in procs if p.version)
-        counts.update(version for version, _ in self.banners)
-        versions = tuple(v for v, _ in counts.most_common())
-        if not versions and self.fallback_version:
-            versions = (self.fallback_version,)
-        env: dict[str, str] = {}
-        for rank in ranks:
-            for name, value in rank.env.items():
-                env.setdefault(name, value)
-        plugins = dict.fromkeys(p.plugin for p in procs if p.plugin is not None)
-        return NcclLog(
-            version=versions[0] if versions else None,
-            cuda_version=self.cuda,
-            versions=versions,
-            ranks=tuple(ranks),
-            transports=tuple(dict.fromkeys(r.transport for r in ranks if r.transport)),
-            devices=tuple(
-                NetDevice(network, index, name, port, link, speed, tuple(hosts),
-                          tuple(suffixes.split("/")[1:]))
-                for (network, name, port), (index, link, speed, hosts, suffixes)
-                in self.devices.items()
-            ),
-            gpudirect=GpuDirect(
-                hcas=dict(self.gdr_hcas),
-                dmabuf_gpus=tuple(sorted(self.dmabuf)),
-                net_channels=sum(r.net_channels for r in ranks),
-                gdr_channels=sum(r.gdr_channels for r in ranks),
-                distance_disabled=tuple(self.distance_disabled),
-            ),
-            plugins=tuple(_plugin(p, ranks) for p in plugins if p is not None),
-            env=env,
-            nranks=self.nranks,
-            nnodes=self.nnodes,
-            warnings=self.warnings.freeze(),
-            errors=self.errors.freeze(),
-            notices=self.notices.freeze(),
-            lines_read=lines_read,
-            lines_matched=lines_matched,
-            banners=tuple(self.banners[:64]),
-        )
-
-
-def _rank(proc: Process) -> RankInfo:
-    bootstrap = proc.bootstrap
-    plugin = proc.plugin.name if proc.plugin else None
-    # without "Using network", the network a process used is the plugin network its NET/<name>
-    # lines speak for, else what its channels or device lists say
-    transport = proc.network or proc.channel_net or proc.plugin_net or proc.inferred
-    fields: dict[str, Any] = {
-        "host": proc.host,
-        "pid": proc.pid,
-        "cuda_device": proc.cuda_device,
-        "rank": proc.rank,
-        "nranks": proc.nranks,
-        "version": proc.version,
-        "bootstrap_interface": bootstrap.interface if bootstrap else None,
-        "bootstrap_address": bootstrap.address if bootstrap else None,
-        "socket_interfaces": proc.socket_ifs,
-        "oob": proc.oob,
-        "transport": transport,
-        "devices": tuple(proc.devices),
-        "plugin": plugin,
-        "net_channels": proc.net_channels,
-        "gdr_channels": proc.gdr_channels,
-        "env": dict(proc.env),
-        "first_line": proc.first_line,
-        "channel_devices": tuple(sorted(proc.channel_devices)),
-        "failure": proc.failure(),
-        "failure_line": proc.trace_line if proc.failure() else None,
-    }
-    info = RankInfo(**fields)
-    fields["facts"] = process_facts(info, driver=proc.driver, plugin_error=proc.plugin_error,
-                                    plugin_rejected=proc.plugin_rejected)
-    return RankInfo(**fields)
-
-
-def _plugin(plugin: Plugin, ranks: list[RankInfo]) -> NetPlugin:
-    users = [r for r in ranks if r.plugin == plugin.name]
-    return NetPlugin(
-        name=plugin.name,
-        library=plugin.library,
-        version=plugin.version,
-        provider=plugin.provider,
-        nics=plugin.nics,
-        used=any(r.transport and r.transport not in INTERNAL_NETWORKS for r in users),
-        failed=any(r.transport in INTERNAL_NETWORKS for r in users),
-        evidence=tuple(plugin.evidence)[:20],
-    )

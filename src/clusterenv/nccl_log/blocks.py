@@ -1,0 +1,320 @@
+"""Reading a file in blocks of lines: the lines that need nothing are set apart in bulk.
+
+A file is read a megabyte at a time; its lines are a block. Read one by one
+(:meth:`~clusterenv.nccl_log.parse._Parser.feed`), every line costs a trip through the Python
+interpreter, ten times what reading it costs; most need nothing but to be counted. A block
+finds those with passes that run in C (``map``, ``compress``, ``str.count``) and hands the
+others, in order, to the code that reads one line (:meth:`~clusterenv.nccl_log.parse._Parser.line`),
+so that the result is the same as reading line by line (a test compares the two):
+
+- While lines repeat (the line cache is on), one dict lookup per line in C finds what each line
+  did before: a line that needs nothing again is only counted, the others replay their actions.
+- While they do not (a job of thousands of processes, each line with its own host, pid and
+  ranks), the channel lines (``Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0/GDRDMA``,
+  most of a large job's lines) are set apart. Between two lines that change something, those of
+  one process through one device are counted in bulk on their joined text, after counts of
+  the same text prove that each is an ordinary channel line read as :meth:`line` reads it (one
+  marker, one ``via NET/`` at its end); any other run is read line by line. A line whose
+  message states nothing (most setup lines) is counted without touching any process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import compress, repeat
+from operator import contains, itemgetter
+from typing import IO, Any
+
+from clusterenv.nccl_log.lines import find_marker
+from clusterenv.nccl_log.model import NcclLog
+from clusterenv.nccl_log.parse import MAX_LINE, MISSING, _Parser, no_cycle_collection, parse_lines
+
+__all__ = ["BLOCK", "BlockParser", "blocks", "parse_stream"]
+
+#: Characters read at a time from a file; the lines in them are a block (small enough for the
+#: processor's cache, and no longer than a line is read).
+BLOCK = MAX_LINE
+# What every channel line holds once, right after its marker (matched with the space before
+# it, so that a marker at the very start of a line goes the way of any other line).
+_CHANNEL = " NCCL INFO Chan"
+# The longest ``via NET/...`` text a channel line is read by (parse._Parser.channel).
+_TAIL = 120
+# Consecutive lines of one process from which they are read together.
+_ROW = 4
+
+
+class BlockParser(_Parser):
+    """The parser, reading blocks of lines (:meth:`feed_block`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # the block being read while the line cache is off: its lines, the number of the first,
+        # and where the channel lines not read yet are (from, to)
+        self._block: list[str] = []
+        self._base = 0
+        self._pending: list[tuple[int, int]] = []
+
+    def feed_block(self, lines: list[str], first: int, *, plain: bool = False) -> None:
+        """Read a block of lines (without their newlines) numbered from ``first``, as
+        :meth:`feed` would.
+
+        ``plain`` says that no line holds ``|`` or ``"`` (an export's columns and quotes) and
+        none is :data:`~clusterenv.nccl_log.parse.MAX_LINE` long: only then are lines set
+        apart in bulk while the line cache is off.
+        """
+        start, end = 0, len(lines)
+        while start < end:
+            if first + start >= self.cache_from:
+                start = self._cached(lines, first, start)
+            else:
+                stop = min(end, self.cache_from - first)
+                if plain:
+                    self.matched += self._uncached(lines[start:stop], first + start)
+                else:
+                    self.feed(lines[start:stop], range(first + start, first + stop))
+                start = stop
+
+    # -- while the line cache is on ----------------------------------------------------------
+
+    def _cached(self, lines: list[str], first: int, start: int) -> int:
+        """Read ``lines[start:]`` with the line cache on, until the cache is emptied or switched
+        off (then a lookup made in advance may be stale); returns where it stopped."""
+        block = lines[start:] if start else lines
+        get = self.by_line.get
+        # False: nothing recognised; (): recognised, nothing to run again (both false, so that
+        # compress() skips them); a tuple of actions, or MISSING: the loop below
+        known = list(map(get, block, repeat(MISSING)))
+        changes = self.cache_changes
+        base = first + start
+        stop = len(block)
+        matched = 0
+        for index in compress(range(stop), known):
+            actions: Any = known[index]
+            number = base + index
+            if actions is MISSING:
+                actions = get(block[index], MISSING)  # an earlier line of this block, perhaps
+                if actions is MISSING:
+                    matched += self.line(block[index], number)
+                    if self.cache_changes != changes:
+                        stop = index + 1
+                        break
+                    continue
+                if actions is False:
+                    continue
+            matched += 1
+            for op, proc, msg, fact in actions:
+                op(proc, msg, number, fact)
+        self.matched += matched + (known if stop == len(known) else known[:stop]).count(())
+        return start + stop
+
+    # -- while it is off -----------------------------------------------------------------------
+
+    def _uncached(self, block: list[str], base: int) -> int:
+        """Read a plain ``block`` (numbered from ``base``) with the line cache off; returns how
+        many lines were recognised.
+
+        The lines but the channel lines are read in order: those of one process in a row
+        together (:meth:`_together`), any other on its own (:meth:`_alone`). A line whose
+        message states nothing changes nothing, so the channel lines between two lines that
+        change something are read when the second comes (:meth:`_channels`)."""
+        self._block, self._base = block, base
+        matched = start = 0
+        count = len(block)
+        # the block as rows of consecutive channel lines and rows of other lines: a byte per
+        # line (1 for a channel line), whose runs bytes.find walks in C
+        kinds = bytes(map(contains, block, repeat(_CHANNEL)))
+        channels = kinds[:1] == b"\x01"
+        while start < count:
+            end = kinds.find(b"\x00" if channels else b"\x01", start)
+            if end < 0:
+                end = count
+            if channels:
+                self._pending.append((start, end))
+            else:
+                matched += self._others(start, end)
+            start, channels = end, not channels
+        return matched + self._flush()
+
+    def _others(self, start: int, end: int) -> int:
+        """Read ``block[start:end]``, lines that are not channel lines."""
+        block = self._block
+        matched = 0
+        index = start
+        while index < end:
+            line = block[index]
+            pos = line.find("NCCL ")
+            if (end - index >= _ROW and pos > 0 and line[pos - 1] == " "
+                    and line.startswith("INFO ", pos + 5)):
+                prefix = line[: pos + 10]  # "host:pid:tid [dev] NCCL INFO "
+                if all(map(str.startswith, block[index + 1 : index + _ROW], repeat(prefix))):
+                    rest = block[index:end]
+                    if "\n".join(rest).count("\n" + prefix) != len(rest) - 1:
+                        same = list(map(str.startswith, rest, repeat(prefix)))
+                        rest = rest[: same.index(False)]
+                    matched += self._together(rest, prefix, index)
+                    index += len(rest)
+                    continue
+            matched += self._alone(line, index)
+            index += 1
+        return matched
+
+    def _alone(self, line: str, index: int) -> int:
+        """Read one line (what :meth:`line` does, inline for a line of one INFO message)."""
+        number = self._base + index
+        pos = line.find("NCCL ")
+        if (pos >= 0 and line.startswith("INFO ", pos + 5)
+                and not line.startswith("Chan", pos + 10)
+                and line.find("NCCL ", pos + 10) < 0):
+            msg = line[pos + 10 :].strip()
+            fact = self.facts.get(msg, MISSING)
+            if fact is MISSING:
+                fact = self._fact(msg)
+            if fact is None:
+                return 1  # states nothing: the channel lines around it read together
+            matched = self._flush() + 1 if self._pending else 1
+            head = line[:pos]
+            proc = self.by_head.get(head) or self._proc(head)
+            if not proc.first_line:
+                proc.first_line = number
+            self.ops[fact[0]](proc, msg, number, fact)
+            return matched
+        matched = self._flush() if self._pending else 0
+        return matched + self.line(line, number)
+
+    def _together(self, lines: list[str], prefix: str, index: int) -> int:
+        """Read consecutive lines of one process (``block[index:]``, each starting with
+        ``prefix``, ``host:pid:tid [dev] NCCL INFO ``), as :meth:`line` reads each.
+
+        Their messages are looked up in the cache of facts in C; only those that state something
+        are read one by one (and a line with a second marker by :meth:`line`). A message the
+        cache holds has no second marker: its line would not have been read so."""
+        count = len(lines)
+        messages = list(map(itemgetter(slice(len(prefix), None)), lines))
+        found: list[Any] = list(map(self.facts.get, messages, repeat(MISSING)))
+        matched = 0
+        if self._pending:
+            matched += self._flush()  # what they change comes before these lines
+        head, ops, facts, base = prefix[:-10], self.ops, self.facts, self._base + index
+        proc = None
+        for at in compress(range(count), found):
+            fact = found[at]
+            if fact is MISSING:
+                message = messages[at]
+                if "NCCL " in message and find_marker(message) >= 0:  # a second marker
+                    matched += self.line(lines[at], base + at) - 1
+                    continue
+                message = messages[at] = message.strip()
+                fact = facts.get(message, MISSING)
+                if fact is MISSING:
+                    fact = self._fact(message)
+                if fact is None:
+                    continue
+            if proc is None:
+                proc = self.by_head.get(head) or self._proc(head)
+                if not proc.first_line:
+                    proc.first_line = base + at
+            ops[fact[0]](proc, messages[at], base + at, fact)
+        return matched + count
+
+    def _flush(self) -> int:
+        """Read the channel lines not read yet; returns how many were recognised."""
+        matched = 0
+        for start, end in self._pending:
+            matched += self._channels(self._block[start:end], self._base + start)
+        self._pending.clear()
+        return matched
+
+    def _channels(self, run: list[str], base: int) -> int:
+        """Read consecutive channel lines (``run``, numbered from ``base``) that no other line
+        between them changes anything for; returns how many were recognised.
+
+        Those of one process through one device are counted on their joined text; counts of
+        that text prove that each is an ordinary channel line, so that this reads them as
+        :meth:`line` would: every line starts with the same ``host:pid:tid [dev] NCCL INFO
+        Chan`` and holds no other ``NCCL ``; every ``via NET/`` ends its line with the same
+        text; every ``[send]`` comes right before it. Any other run is read line by line.
+        """
+        count = len(run)
+        first = run[0]
+        pos = first.find("NCCL ")
+        prefix = first[: pos + 14]  # "host:pid:tid [dev] NCCL INFO Chan"
+        if pos < 0 or not prefix.endswith("NCCL INFO Chan"):
+            return self._each(run, base)
+        text = "\n".join(run)
+        if text.count("\n" + prefix) != count - 1 or text.count("NCCL ") != count:
+            return self._each(run, base)
+        nets = text.count("via NET/")
+        if not nets:
+            return count  # through P2P or shared memory: nothing to keep
+        start = text.find("via NET/")
+        end = text.find("\n", start)
+        tail = text[start:] if end < 0 else text[start:end]
+        sends = text.count("[send] via NET/")
+        if (start < len(prefix) or len(tail) > _TAIL
+                or text.count(tail + "\n") + text.endswith(tail) != nets
+                or text.count("[send]") != sends):
+            return self._each(run, base)
+        fact = self.tail_fact(tail)
+        if fact is None:
+            return count
+        head = first[:pos]
+        proc = self.by_head.get(head) or self._proc(head)
+        proc.first_line = proc.first_line or base + text.count("\n", 0, start)
+        last = base + text.count("\n", 0, text.rfind("via NET/"))
+        _, network, index, _, gdr = fact
+        if nets > sends:
+            self.channels(proc, (network, index), True, gdr, nets - sends, last)
+        if sends:
+            self.channels(proc, (network, index), False, gdr, sends, last)
+        return count
+
+    def _each(self, run: list[str], base: int) -> int:
+        read = self.line
+        return sum(read(line, base + index) for index, line in enumerate(run))
+
+
+def blocks(stream: IO[str]) -> Iterator[tuple[list[str], bool]]:
+    """The lines of ``stream``, without their newlines, in blocks of about :data:`BLOCK`
+    characters, each with whether it is plain (see :meth:`BlockParser.feed_block`); a line
+    longer than :data:`~clusterenv.nccl_log.parse.MAX_LINE` is cut there and the rest of it is
+    read past, never kept (a file without newlines costs bounded memory)."""
+    carry = ""
+    skipping = False  # inside a line already cut
+    while True:
+        chunk = stream.read(BLOCK)
+        if not chunk:
+            if carry:
+                yield [carry], False
+            return
+        if "\n" not in chunk:  # no line ends here
+            if not skipping:
+                carry += chunk
+                if len(carry) >= MAX_LINE:
+                    yield [carry[:MAX_LINE]], False
+                    carry, skipping = "", True
+            continue
+        lines = chunk.split("\n")
+        # a block is at most MAX_LINE characters: only its first line, which began in the text
+        # before it, can be as long
+        plain = not ("|" in chunk or '"' in chunk or "|" in carry or '"' in carry)
+        carry, lines[0] = lines.pop(), carry + lines[0]  # the text after the last newline waits
+        if skipping:
+            del lines[0]  # the rest of the line that was cut
+            skipping = False
+        if lines:
+            yield lines, plain and len(lines[0]) < MAX_LINE
+
+
+def parse_stream(stream: Any) -> NcclLog:
+    """Parse an open text file, block by block, reading at most
+    :data:`~clusterenv.nccl_log.parse.MAX_LINE` characters of any line (the rest of a longer
+    line is read past, never kept)."""
+    if not hasattr(stream, "read"):
+        return parse_lines(stream)
+    with no_cycle_collection():
+        parser = BlockParser()
+        read = 0
+        for lines, plain in blocks(stream):
+            parser.feed_block(lines, read + 1, plain=plain)
+            read += len(lines)
+        return parser.finish(read)
