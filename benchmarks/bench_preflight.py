@@ -27,6 +27,7 @@ sockets on each side.
 from __future__ import annotations
 
 import argparse
+import errno
 import itertools
 import multiprocessing
 import os
@@ -56,8 +57,9 @@ FLAT_FROM = 512
 FLAT_RATIO = 1.5
 
 
-def typical_fingerprint(rank: int, nodes: int) -> Fingerprint:
-    """A fingerprint the size of a real 8-GPU RoCE node's (about 1.5 KB of JSON)."""
+def typical_fingerprint(rank: int, nodes: int, addr: str = "127.0.0.1") -> Fingerprint:
+    """A fingerprint the size of a real 8-GPU RoCE node's (about 1.2 KB of JSON), from a node
+    at ``addr``."""
     env = {
         "NCCL_SOCKET_IFNAME": "=ens1",
         "GLOO_SOCKET_IFNAME": "ens1",
@@ -70,13 +72,33 @@ def typical_fingerprint(rank: int, nodes: int) -> Fingerprint:
         "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
     }
     return Fingerprint(
-        rank=rank, num_nodes=nodes, num_trainers=8, node_addr="127.0.0.1",
+        rank=rank, num_nodes=nodes, num_trainers=8, node_addr=addr,
         primary_addr="127.0.0.1", primary_port=29500, source="runpod", hostname=f"node-{rank}",
-        interface="ens1", interface_reason="ens1 holds NODE_ADDR 127.0.0.1", mtu=9000,
+        interface="ens1", interface_reason=f"ens1 holds NODE_ADDR {addr}", mtu=9000,
         rdma=RdmaSummary("roce", tuple(f"mlx5_{i}" for i in range(8)), 8, (400.0,) * 8),
         gpus=8, env=env, versions={"torch": "2.13.0", "nccl": "2.27.3", "python": "3.11.9"},
         clusterenv="0.1.0",
     )
+
+
+def node_address(rank: int) -> str:
+    """The loopback address node ``rank`` connects from, e.g. ``"127.1.0.5"``: every node has
+    an address of its own, as on a real cluster. From one address, 16,384 connections to one
+    port would exhaust the client host's ephemeral ports (past about 14,000 the kernel's search
+    for a free one scans every port in use, seconds of the clients' CPU), which no real
+    cluster has. Linux routes all of 127.0.0.0/8 to the loopback interface."""
+    return f"127.{1 + (rank >> 16)}.{(rank >> 8) & 255}.{rank & 255}"
+
+
+def _own_addresses() -> bool:
+    """Whether this host lets a socket bind to a loopback address other than 127.0.0.1 (Linux
+    does; elsewhere every node connects from 127.0.0.1)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((node_address(1), 0))
+        except OSError:
+            return False
+    return True
 
 
 def _more_files() -> None:
@@ -100,19 +122,48 @@ def _primary(nodes: int, conn: Connection) -> None:
 class _Node:
     """One simulated node: a non-blocking socket walking the real exchange."""
 
-    __slots__ = ("frames", "message", "opening", "sock", "state", "verdict")
+    __slots__ = ("address", "frames", "message", "opening", "sock", "state", "verdict")
 
-    def __init__(self, opening: bytes, message: bytes) -> None:
-        self.opening, self.message = opening, message
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setblocking(False)
-        self.frames = FrameReader(max_payload=DEFAULT_LIMITS.max_verdict_bytes,
-                                  expect={Kind.HELLO, Kind.VERDICT, Kind.REJECT})
+    def __init__(self, address: str | None, opening: bytes, message: bytes) -> None:
+        self.address, self.opening, self.message = address, opening, message
         self.state = "connecting"
         self.verdict = b""
 
+    def connect(self, port: int) -> bool:
+        """Start connecting from the node's own address; send ``OPEN`` at once when the
+        connection is already up (on loopback it usually is). Whether ``OPEN`` went out."""
+        self.sock = sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.frames = FrameReader(max_payload=DEFAULT_LIMITS.max_verdict_bytes,
+                                  expect={Kind.HELLO, Kind.VERDICT, Kind.REJECT})
+        sock.setblocking(False)
+        if self.address is not None:
+            # The port is chosen at connect, per (source, destination): each address has the
+            # whole ephemeral range of its own.
+            sock.setsockopt(socket.IPPROTO_IP, _BIND_NO_PORT, 1)
+            sock.bind((self.address, 0))
+        error = sock.connect_ex(("127.0.0.1", port))
+        if error not in (0, errno.EINPROGRESS):
+            raise ConnectionError(f"connect: {os.strerror(error)}")
+        try:
+            sent = sock.send(self.opening)
+        except (BlockingIOError, InterruptedError):
+            return False  # still connecting: OPEN goes out once the socket is writable
+        if sent != len(self.opening):
+            raise ConnectionError("OPEN did not fit in an empty socket buffer")
+        self.state = "hello"
+        return True
 
-def _run_nodes(port: int, messages: list[tuple[bytes, bytes]], timeout: float) -> list[bytes]:
+
+# Linux's IP_BIND_ADDRESS_NO_PORT (24): Python exposes the name from 3.12 on some builds only.
+_BIND_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
+_SLICE = 64
+# Bytes asked of each recv: a verdict is a few KB (a bigger buffer is allocated, and its pages
+# touched, on every call).
+_RECV_BYTES = 65536
+
+
+def _run_nodes(port: int, messages: list[tuple[str | None, bytes, bytes]],
+               timeout: float) -> list[bytes]:
     """Every node connects at once, sends OPEN, reads HELLO, sends its fingerprint and reads
     its verdict; all in one selector loop (lighter than asyncio streams: the nodes must not be
     the bottleneck of a measurement of the primary). Returns each node's verdict payload."""
@@ -126,12 +177,13 @@ def _run_nodes(port: int, messages: list[tuple[bytes, bytes]], timeout: float) -
             # Answer first, then connect the next slice: a real node answers its greeting at
             # once, however many other nodes are still connecting.
             ready = selector.select(0 if connecting else 1.0)
-            if connecting and len(ready) < 64:
-                batch = list(itertools.islice(starting, 64))
+            if connecting and len(ready) < _SLICE:
+                batch = list(itertools.islice(starting, _SLICE))
                 for node in batch:
-                    node.sock.connect_ex(("127.0.0.1", port))
-                    selector.register(node.sock, selectors.EVENT_WRITE, node)
-                connecting = len(batch) == 64
+                    opened = node.connect(port)
+                    selector.register(node.sock, selectors.EVENT_READ if opened
+                                      else selectors.EVENT_WRITE, node)
+                connecting = len(batch) == _SLICE
             for key, _ in ready:
                 node = key.data
                 if node.state == "connecting":
@@ -142,7 +194,7 @@ def _run_nodes(port: int, messages: list[tuple[bytes, bytes]], timeout: float) -
                     node.state = "hello"
                     selector.modify(node.sock, selectors.EVENT_READ, node)
                     continue
-                data = node.sock.recv(1 << 20)
+                data = node.sock.recv(_RECV_BYTES)
                 if not data:
                     raise ConnectionError(f"the primary closed in state {node.state}")
                 node.frames.feed(data)
@@ -162,24 +214,32 @@ def _run_nodes(port: int, messages: list[tuple[bytes, bytes]], timeout: float) -
     return [node.verdict for node in nodes]
 
 
-def run_once(clients: int) -> tuple[float, float, float]:
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(clients: int) -> tuple[float, float, float, float]:
     """One run with ``clients`` nodes besides the primary; (seconds until every node held its
-    verdict, the primary's own seconds, the primary's CPU seconds)."""
+    verdict, the primary's own seconds, the primary's CPU seconds, the nodes' CPU seconds)."""
     nodes = clients + 1
-    messages = [
-        (encode_frame(Kind.OPEN, encode_json({"nonce": new_nonce().hex()})),
-         encode_frame(Kind.FINGERPRINT,
-                      encode_json({"fingerprint": typical_fingerprint(rank, nodes).to_wire()})))
-        for rank in range(1, nodes)
-    ]
+    own = _own_addresses()
+    messages = []
+    for rank in range(1, nodes):
+        address = node_address(rank) if own else None
+        fingerprint = typical_fingerprint(rank, nodes, address or "127.0.0.1")
+        opening = encode_frame(Kind.OPEN, encode_json({"nonce": new_nonce().hex()}))
+        message = encode_frame(Kind.FINGERPRINT,
+                               encode_json({"fingerprint": fingerprint.to_wire()}))
+        messages.append((address, opening, message))
     parent, child = multiprocessing.Pipe()
     process = multiprocessing.get_context("fork").Process(target=_primary, args=(nodes, child))
     process.start()
     try:
         port = parent.recv()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu()
         payloads = _run_nodes(port, messages, timeout=300)
-        elapsed = time.perf_counter() - start
+        elapsed, nodes_cpu = time.perf_counter() - start, _cpu() - cpu_start
         primary_s, reported, problems, rejected, cpu = parent.recv()
     finally:
         process.join(30)
@@ -190,7 +250,7 @@ def run_once(clients: int) -> tuple[float, float, float]:
             or any(p != payloads[0] for p in payloads):
         raise SystemExit(f"{clients} nodes: {reported} reported, {problems} problems, "
                          f"{rejected} refused")
-    return elapsed, primary_s, cpu
+    return elapsed, primary_s, cpu, nodes_cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _more_files()
     print(f"{'nodes':>6}  {'median s':>9}  {'best s':>7}  {'primary s':>9}  {'cpu s':>6}  "
-          f"{'cpu ms/node':>11}  {'ratio':>6}")
+          f"{'cpu ms/node':>11}  {'ratio':>6}  {'nodes cpu s':>11}")
     flat_base: float | None = None
     missed = []
     for clients in args.sizes:
@@ -211,10 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         median = statistics.median(times)
         primary = statistics.median(r[1] for r in results)
         cpu = statistics.median(r[2] for r in results)
+        nodes_cpu = statistics.median(r[3] for r in results)
         per_node = cpu / clients
         ratio = per_node / flat_base if flat_base else 1.0
         print(f"{clients:>6}  {median:>9.3f}  {min(times):>7.3f}  {primary:>9.3f}  {cpu:>6.2f}  "
-              f"{per_node * 1000:>11.3f}  {ratio:>6.2f}", flush=True)
+              f"{per_node * 1000:>11.3f}  {ratio:>6.2f}  {nodes_cpu:>11.2f}", flush=True)
         if clients >= FLAT_FROM:
             flat_base = flat_base or per_node
             if ratio > FLAT_RATIO:

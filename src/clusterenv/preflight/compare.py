@@ -94,12 +94,13 @@ def _show(value: object) -> str:
 Groups = list[tuple[K, list[_Entry]]]
 
 
-def _groups(entries: Sequence[_Entry], key: Callable[[Fingerprint], K]) -> Groups[K]:
-    """Entries grouped by ``key``: the largest group first, ties to the primary's (entry 0)."""
+def _groups(entries: Sequence[_Entry], keys: Sequence[K]) -> Groups[K]:
+    """Entries grouped by their ``keys``: the largest group first, ties to the primary's (entry
+    0)."""
     groups: dict[K, list[_Entry]] = {}
-    for entry in entries:
-        groups.setdefault(key(entry.fp), []).append(entry)
-    first = key(entries[0].fp)
+    for value, entry in zip(keys, entries, strict=True):
+        groups.setdefault(value, []).append(entry)
+    first = keys[0]
     order = {value: i for i, value in enumerate(groups)}
     return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0] != first, order[kv[0]]))
 
@@ -118,9 +119,10 @@ def _differ(
     """One problem when ``key`` differs between entries, naming all but the reference group."""
     if not entries:
         return None
-    groups = _groups(entries, key)
-    if len(groups) < 2:
+    keys = [key(e.fp) for e in entries]
+    if keys.count(keys[0]) == len(keys):  # every node agrees (the usual case): no grouping
         return None
+    groups = _groups(entries, keys)
     (reference, agree), others = groups[0], groups[1:]
     odd = [e.ref for _, members in others for e in members]
     if len(others) == 1 and len(others[0][1]) <= 4:
@@ -217,19 +219,24 @@ def _env_problems(entries: Sequence[_Entry]) -> list[Problem]:
     keyed: dict[int, dict[str, str]] = {}
     names: dict[str, str] = {}  # key -> the name as the first node sent it
     shown: dict[str, str] = {}  # key -> the value as the first node sent it
-    known: dict[str, str] = {}  # most nodes hold the same values: each is keyed once
+    # Most nodes hold the same environment: each distinct one is keyed once.
+    by_environment: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
     for e in entries:
-        values = keyed[id(e.fp)] = {}
-        for name, value in e.fp.env.items():
-            name_key = known.get(name) or known.setdefault(name, compare_key(name))
-            value_key = known.get(value) or known.setdefault(value, compare_key(value))
-            names.setdefault(name_key, name)
-            shown.setdefault(value_key, value)
-            values[name_key] = value_key
+        environment = tuple(e.fp.env.items())
+        values = by_environment.get(environment)
+        if values is None:
+            values = by_environment[environment] = {}
+            for name, value in environment:
+                name_key, value_key = compare_key(name), compare_key(value)
+                names.setdefault(name_key, name)
+                shown.setdefault(value_key, value)
+                values[name_key] = value_key
+        keyed[id(e.fp)] = values
+    distinct = list(by_environment.values())
     out = []
     for name_key, name in sorted(names.items(), key=lambda kv: kv[1]):
-        if name in _PER_NODE:
-            continue
+        if name in _PER_NODE or len({values.get(name_key) for values in distinct}) < 2:
+            continue  # per node by design, or the same wherever it is set or unset
         problem = _differ(
             entries, lambda fp, n=name_key: keyed[id(fp)].get(n),  # type: ignore[misc]
             what=name, code="preflight-env-differs",

@@ -24,7 +24,7 @@ from clusterenv._text import clip
 from clusterenv.findings import Finding
 from clusterenv.preflight.digest import digest_form
 from clusterenv.preflight.runtime import NcclRuntime, collect_runtime
-from clusterenv.preflight.wire import WireError
+from clusterenv.preflight.wire import WireError, short_texts
 
 if TYPE_CHECKING:
     from clusterenv._facts import Facts
@@ -273,16 +273,18 @@ def _list(data: Mapping[str, Any], name: str, where: str) -> list[Any]:
 
 def _texts(data: Mapping[str, Any], name: str, where: str = "") -> tuple[str, ...]:
     items = _list(data, name, where)
-    if not all(isinstance(i, str) and len(i) <= _MAX_TEXT for i in items):
+    if not short_texts(items, _MAX_TEXT):
         raise WireError(f"fingerprint field '{where}{name}' must hold short strings")
     return tuple(items)
 
 
 def _floats(data: Mapping[str, Any], name: str, where: str = "") -> tuple[float, ...]:
     items = _list(data, name, where)
-    if not all(isinstance(i, (int, float)) and not isinstance(i, bool) for i in items):
-        raise WireError(f"fingerprint field '{where}{name}' must hold numbers")
-    return tuple(float(i) for i in items)
+    if not _NUMBERS.issuperset(map(type, items)):  # a subclass (not bool) is a number too
+        for item in items:
+            if not isinstance(item, (int, float)) or isinstance(item, bool):
+                raise WireError(f"fingerprint field '{where}{name}' must hold numbers")
+    return tuple(map(float, items))
 
 
 def _strmap(data: Mapping[str, Any], name: str, items: int, limit: int) -> dict[str, str]:
@@ -291,10 +293,12 @@ def _strmap(data: Mapping[str, Any], name: str, items: int, limit: int) -> dict[
         raise _type_error("", name, "an object", value)
     if len(value) > items:
         raise WireError(f"fingerprint field '{name}' has more than {items} entries")
-    for key, text in value.items():
-        if not isinstance(text, str) or len(key) > _MAX_TEXT or len(text) > limit:
-            raise WireError(f"fingerprint field '{name}' must map short names to strings")
+    if not short_texts(value.values(), limit) or max(map(len, value), default=0) > _MAX_TEXT:
+        raise WireError(f"fingerprint field '{name}' must map short names to strings")
     return dict(value)
+
+
+_NUMBERS = frozenset({int, float})
 
 
 def _findings(data: Mapping[str, Any], name: str) -> tuple[Finding, ...]:

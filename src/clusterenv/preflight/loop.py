@@ -1,9 +1,10 @@
 """A bounded, single-threaded TCP listener loop: the transport under the preflight primary.
 
-One ``selectors`` loop in one thread. Every connection has a deadline from the moment it is
-accepted, a frame reader with a payload limit, and a write queue flushed without blocking. A peer
-that breaks a rule is sent a ``REJECT`` with the reason (best effort), closed, and recorded as
-``rejected peer ADDR:PORT: reason``; nothing a peer does stops the loop.
+One readiness loop (:mod:`~clusterenv.preflight.poller`) in one thread. Every connection has a
+deadline from the moment it is accepted, a frame reader with a payload limit, and a write queue
+flushed without blocking. A peer that breaks a rule is sent a ``REJECT`` with the reason (best
+effort), closed, and recorded as ``rejected peer ADDR:PORT: reason``; nothing a peer does stops
+the loop.
 
 Bookkeeping is constant time per event, however many connections are open: deadlines sit in a
 heap (a changed deadline is pushed again, the stale entry skipped when it surfaces), and the
@@ -29,11 +30,9 @@ other than the first message and the final flush).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import heapq
 import itertools
-import selectors
 import socket
 import time
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from typing import Any
 from clusterenv._text import clip
 from clusterenv._values import format_host_port, parse_ip
 from clusterenv.preflight.fingerprint import Fingerprint
+from clusterenv.preflight.poller import READ, WRITE, Poller
 from clusterenv.preflight.wire import (
     Frame,
     FrameReader,
@@ -140,7 +140,7 @@ class ConnectionLoop:
         self._max_total = max_total
         self._expect = frozenset(expect)
         self._listener: socket.socket | None = None
-        self._selector: selectors.BaseSelector | None = None
+        self._poller: Poller | None = None
         self._conns: dict[int, Conn] = {}
         # Pending connections (no well-formed message yet), oldest first: those silent so far,
         # and those that sent part of a message. Eviction takes the first of the silent ones.
@@ -193,30 +193,29 @@ class ConnectionLoop:
         for conn in list(self._conns.values()):
             self._drop(conn)
         self._stop_listening()
-        if self._selector is not None:
-            self._selector.close()
-            self._selector = None
+        if self._poller is not None:
+            self._poller.close()
+            self._poller = None
 
     def _start(self) -> None:
         self.bind()
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listening(), selectors.EVENT_READ, None)
+        self._poller = Poller()
+        self._poller.register(self._listening().fileno(), READ, None)
 
     def _listening(self) -> socket.socket:
         if self._listener is None:
             raise RuntimeError("the preflight listener is closed")
         return self._listener
 
-    def _running(self) -> selectors.BaseSelector:
-        if self._selector is None:
+    def _running(self) -> Poller:
+        if self._poller is None:
             raise RuntimeError("the preflight server is not running")
-        return self._selector
+        return self._poller
 
     def _stop_listening(self) -> None:
         if self._listener is not None:
-            if self._selector is not None:
-                with contextlib.suppress(KeyError, ValueError):
-                    self._selector.unregister(self._listener)
+            if self._poller is not None:
+                self._poller.unregister(self._listener.fileno())
             self._listener.close()
             self._listener = None
 
@@ -273,27 +272,28 @@ class ConnectionLoop:
         elif self._paused_until:
             self._paused_until = 0.0
             if self._listener is not None:
-                self._running().register(self._listener, selectors.EVENT_READ, None)
-        for handled, (key, mask) in enumerate(self._running().select(max(0.0, wake - now))):
-            if key.data is None or (handled % _ACCEPT_EVERY == 0 and self._listener is not None
-                                    and not self._paused_until):
+                self._running().register(self._listener.fileno(), READ, None)
+        conn: Conn | None
+        for handled, (conn, ready) in enumerate(self._running().poll(max(0.0, wake - now))):
+            if conn is None or (handled % _ACCEPT_EVERY == 0 and self._listener is not None
+                                and not self._paused_until):
                 # The listener first, and again every few events: when thousands of nodes
                 # connect at once, a full accept queue makes the kernel drop their handshakes,
                 # which they repeat only after 1, 3, 7 s.
                 self._accept()
-                if key.data is None:
+                if conn is None:
                     continue
-            conn: Conn = key.data
-            if mask & selectors.EVENT_READ and conn.sock.fileno() >= 0:
+            mask = ready & conn.events  # an error or hang-up wakes only what was asked for
+            if mask & READ and conn.sock.fileno() >= 0:
                 self._on_readable(conn)
-            if mask & selectors.EVENT_WRITE and conn.sock.fileno() >= 0:
+            if mask & WRITE and conn.sock.fileno() >= 0:
                 self._flush(conn)
         now = time.monotonic()
         while self._next_deadline() <= now:
             self._expire(heapq.heappop(self._deadlines)[2])
 
     def _accept(self) -> None:
-        listener, selector = self._listening(), self._running()
+        listener, poller = self._listening(), self._running()
         while True:
             try:
                 sock, address = listener.accept()
@@ -314,14 +314,14 @@ class ConnectionLoop:
             )
             self._conns[id(conn)] = conn
             self._move(conn, "hello", time.monotonic() + self.limits.peer_timeout)
-            selector.register(sock, selectors.EVENT_READ, conn)
-            conn.events = selectors.EVENT_READ
+            poller.register(sock.fileno(), READ, conn)
+            conn.events = READ
 
     def _out_of_files(self, listener: socket.socket) -> None:
         """No file descriptor for a new connection: rest the listener briefly (it would be
         readable at once again, a busy loop) and say why once."""
         if not self._paused_until:
-            self._running().unregister(listener)
+            self._running().unregister(listener.fileno())
         self._paused_until = time.monotonic() + _FD_PAUSE_S
         if not getattr(self, "_said_fds", False):
             self._said_fds = True
@@ -410,7 +410,21 @@ class ConnectionLoop:
             self._on_timeout(conn)
 
     def _send(self, conn: Conn, data: bytes) -> None:
-        conn.pending.append(memoryview(data))
+        if not conn.pending:  # the usual case: it all goes out at once, nothing to queue
+            try:
+                sent = conn.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self._drop(conn)
+                return
+            if sent == len(data):
+                if conn.state == "closing":
+                    self._drop(conn)
+                return
+            conn.pending.append(memoryview(data)[sent:])
+        else:
+            conn.pending.append(memoryview(data))
         self._flush(conn)
 
     def _flush(self, conn: Conn) -> None:
@@ -431,12 +445,10 @@ class ConnectionLoop:
         if not conn.pending and conn.state == "closing":
             self._drop(conn)
             return
-        wanted = (selectors.EVENT_READ if conn.reading else 0) | (
-            selectors.EVENT_WRITE if conn.pending else 0
-        )
-        if wanted and wanted != conn.events and self._selector is not None \
+        wanted = (READ if conn.reading else 0) | (WRITE if conn.pending else 0)
+        if wanted and wanted != conn.events and self._poller is not None \
                 and conn.sock.fileno() >= 0:
-            self._selector.modify(conn.sock, wanted, conn)
+            self._poller.modify(conn.sock.fileno(), wanted)
             conn.events = wanted
 
     def _record(self, peer: str, reason: str) -> None:
@@ -461,7 +473,6 @@ class ConnectionLoop:
         self._conns.pop(id(conn), None)
         self._silent.pop(id(conn), None)
         self._partial.pop(id(conn), None)
-        if self._selector is not None and conn.sock.fileno() >= 0:
-            with contextlib.suppress(KeyError, ValueError):
-                self._selector.unregister(conn.sock)
+        if self._poller is not None and conn.sock.fileno() >= 0:
+            self._poller.forget(conn.sock.fileno())
         conn.sock.close()

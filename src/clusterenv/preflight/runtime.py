@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clusterenv._jsonable import json_fields
-from clusterenv.preflight.wire import WireError
+from clusterenv.preflight.wire import WireError, short_texts
 
 if TYPE_CHECKING:
     from clusterenv._facts import Facts
@@ -79,32 +79,32 @@ class NcclRuntime:
             return cls()
         if not isinstance(data, dict):
             raise WireError("fingerprint field 'runtime' must be an object")
-
-        def text(name: str) -> str | None:
-            value = data.get(name)
-            if value is not None and (not isinstance(value, str) or len(value) > _TEXT):
-                raise WireError(f"fingerprint field 'runtime.{name}' must be a short string")
-            return value
-
-        def texts(name: str) -> tuple[str, ...]:
-            value = data.get(name, [])
-            if not isinstance(value, list) or len(value) > _ITEMS or not all(
-                    isinstance(v, str) and len(v) <= _TEXT for v in value):
-                raise WireError(f"fingerprint field 'runtime.{name}' must hold short strings")
-            return tuple(value)
-
         shm = data.get("shm_bytes")
         if shm is not None and (isinstance(shm, bool) or not isinstance(shm, int)
                                 or not 0 <= shm < 1 << 62):
             raise WireError("fingerprint field 'runtime.shm_bytes' must be a byte count")
         return cls(
-            library=text("library"), library_source=text("library_source"),
-            version=text("version"), net_plugin=text("net_plugin"),
-            net_plugin_interface=text("net_plugin_interface"),
-            net_plugin_note=text("net_plugin_note") or "", hcas=texts("hcas"),
-            gpu_models=texts("gpu_models"), driver=text("driver"), shm_bytes=shm,
-            memlock=text("memlock"), datacenter=text("datacenter"),
+            library=_text(data, "library"), library_source=_text(data, "library_source"),
+            version=_text(data, "version"), net_plugin=_text(data, "net_plugin"),
+            net_plugin_interface=_text(data, "net_plugin_interface"),
+            net_plugin_note=_text(data, "net_plugin_note") or "", hcas=_texts(data, "hcas"),
+            gpu_models=_texts(data, "gpu_models"), driver=_text(data, "driver"), shm_bytes=shm,
+            memlock=_text(data, "memlock"), datacenter=_text(data, "datacenter"),
         )
+
+
+def _text(data: dict[str, Any], name: str) -> str | None:
+    value = data.get(name)
+    if value is not None and (not isinstance(value, str) or len(value) > _TEXT):
+        raise WireError(f"fingerprint field 'runtime.{name}' must be a short string")
+    return value
+
+
+def _texts(data: dict[str, Any], name: str) -> tuple[str, ...]:
+    value = data.get(name, [])
+    if isinstance(value, list) and len(value) <= _ITEMS and short_texts(value, _TEXT):
+        return tuple(value)
+    raise WireError(f"fingerprint field 'runtime.{name}' must hold short strings")
 
 
 def _selected_ports(facts: Facts) -> tuple[str, ...]:

@@ -54,14 +54,25 @@ GRACE_S = 1.0
 _REPORT_S = 0.25
 
 
-def _node_order(addr: str, rank: int | None) -> tuple[object, ...]:
-    """Sort key: rank (unknown last), then address in numeric order (10.65.0.3 before .10)."""
+def _address_order(addr: str) -> tuple[int, int, str]:
+    """(IP version, the address as a number, "") for an address, ``(9, 0, addr)`` for anything
+    else. The C library's parser first (a sort key per node: ``ipaddress`` costs ten times as
+    much), ``ipaddress`` for what it does not read (an IPv6 zone)."""
+    for family, version in ((socket.AF_INET, 4), (socket.AF_INET6, 6)):
+        try:
+            return (version, int.from_bytes(socket.inet_pton(family, addr), "big"), "")
+        except (OSError, ValueError):
+            continue
     try:
         ip = ipaddress.ip_address(addr)
-        where: tuple[int, int, str] = (ip.version, int(ip), "")
     except ValueError:
-        where = (9, 0, addr)
-    return (rank is None, rank or 0, where)
+        return (9, 0, addr)
+    return (ip.version, int(ip), "")
+
+
+def _node_order(addr: str, rank: int | None) -> tuple[object, ...]:
+    """Sort key: rank (unknown last), then address in numeric order (10.65.0.3 before .10)."""
+    return (rank is None, rank or 0, _address_order(addr))
 
 
 def _peer_gone(conn: Conn) -> bool:
