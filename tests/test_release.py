@@ -81,3 +81,30 @@ def test_the_docs_extra_is_mkdocs_and_its_plugins_only() -> None:
     assert "name: material" in config and "mkdocs-material" in names
     assert "- mkdocstrings:" in config and "mkdocstrings" in names
     assert any("gpu-clusterenv[" in r and "docs" in r and "test" in r for r in extras["dev"])
+
+
+def test_the_changelog_has_a_dated_section_for_the_version_with_one_heading_of_each_kind() -> None:
+    # Keep a Changelog: [Unreleased] first, then the releases, newest first, each dated, each
+    # kind of change under one heading, compare links at the end; a released version (no .devN)
+    # has its own section, a development version comes after the newest one
+    from clusterenv import __version__
+
+    assert _pyproject()["project"]["version"] == __version__
+    text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    assert sections and sections[0].startswith("[Unreleased]\n")
+    released = [re.match(r"\[([0-9]+\.[0-9]+\.[0-9]+)\] - [0-9]{4}-[0-9]{2}-[0-9]{2}\n", s)
+                for s in sections[1:]]
+    assert released and all(released), "every section after [Unreleased] is '[X.Y.Z] - DATE'"
+    versions = [m.group(1) for m in released if m]
+    base = __version__.split(".dev")[0]
+    assert versions[0] == base if ".dev" not in __version__ else versions[0] != base
+    kinds = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+    for section in sections:
+        headings = re.findall(r"^### (.+)$", section, flags=re.MULTILINE)
+        assert len(headings) == len(set(headings)), f"a kind opened twice in ## {section[:20]}"
+        assert set(headings) <= kinds, set(headings) - kinds
+    repository = _pyproject()["project"]["urls"]["Source"]
+    assert f"[Unreleased]: {repository}/compare/v{versions[0]}...HEAD" in text
+    for version in versions:
+        assert f"[{version}]: {repository}/" in text

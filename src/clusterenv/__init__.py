@@ -18,7 +18,7 @@ import importlib
 # Not typing.TYPE_CHECKING: importing typing would cost `clusterenv --version` a few ms.
 TYPE_CHECKING = False
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"
 
 # name -> module that defines it. Keep in sync with __all__ (a test pins both).
 _LAZY: dict[str, str] = {
