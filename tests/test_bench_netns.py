@@ -102,14 +102,22 @@ def test_bench_names_the_throttled_node_on_every_node(
         assert finding["title"].startswith("node 2 (node-2, 10.65.0.4, ens1) is slow"), finding
         assert [link["slow"] for link in report["links"]] == [False, False, True]
         assert "starting gloo" in result.stderr  # progress on stderr, JSON alone on stdout
-    # Each direction is limited by its sender's bucket.
+    # Each direction is limited by its sender's bucket: what node 2 sends measures its 40 Mbit/s;
+    # what the others send stays under their 1 Gbit/s and far above node 2's. Below 1 Gbit/s it
+    # may fall further than the tolerance: the acknowledgements of a transfer to node 2 leave
+    # through node 2's 40 Mbit/s bucket, and the bench's own CPU time counts on a busy 2-core
+    # machine (0->2 measured 704 Mb/s once, in a CI run).
     for src, dst in ((0, 1), (1, 0), (0, 2), (1, 2), (2, 0), (2, 1)):
         if (src, dst) not in {(t["src"], t["dst"]) for t in reports[0]["transfers"]}:
             continue
         rate = (THROTTLE_MBIT if src == 2 else FAST_MBIT) / 1000
         measured = link_gbps(reports[0], src, dst)
         print(f"link {src}->{dst}: {measured * 1000:.1f} Mb/s, tc holds it to {rate * 1000:g}")
-        assert within(measured, rate), (src, dst, measured, rate, text)
+        if src == 2:
+            assert within(measured, rate), (src, dst, measured, rate, text)
+        else:
+            assert 10 * THROTTLE_MBIT / 1000 <= measured <= (1 + TOLERANCE) * rate, (
+                src, dst, measured, rate, text)
 
     # The picture each node wrote: one point per size, one bar per node, node 2 marked slow.
     svg = "{http://www.w3.org/2000/svg}"
