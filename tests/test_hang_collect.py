@@ -131,7 +131,7 @@ def test_a_node_with_another_token_is_refused_and_the_others_still_answer(
         # The impostor checks the greeting first: the primary's MAC is not over its token, so
         # it sends nothing and says why.
         with pytest.raises(PreflightError, match=r"not authenticated with this node's "
-                           r"CLUSTERENV_PREFLIGHT_TOKEN: .* nothing was sent"):
+                           r"CLUSTERENV_PREFLIGHT_TOKEN: .* report was not sent"):
             bad.result()
     assert answer.report().title == result[0].report().title
     assert answer.report().ranks_read == (0, 1)  # the impostor's dump never reached anybody

@@ -32,7 +32,7 @@ from clusterenv.preflight.loop import Conn, ConnectionLoop, host_of
 from clusterenv.preflight.node import (
     PreflightError,
     connect_primary,
-    refuse_primary,
+    trust_greeting,
     verdict_deadline,
 )
 from clusterenv.preflight.options import PreflightOptions
@@ -223,25 +223,8 @@ def collect_on_node(report: NodeReport, *, primary_addr: str, port: int,
                         limits=limits, say=options.say)
     sock, hello, my_nonce = greeting.sock, greeting.hello, greeting.nonce
     try:
-        nonce_hex, auth = hello.get("nonce"), hello.get("auth")
-        if not isinstance(nonce_hex, str) or len(nonce_hex) != 32 or not isinstance(auth, bool):
-            raise PreflightError(f"the primary at {where} sent a malformed greeting")
-        try:
-            primary_nonce = bytes.fromhex(nonce_hex)
-        except ValueError as e:
-            raise PreflightError(f"the primary at {where} sent a malformed greeting") from e
-        if token is not None and not auth:
-            refuse_primary(sock, f"this node has {TOKEN_VARIABLE} set and the primary does not",
-                           limits)
-            raise PreflightError(f"the primary at {where} does not use {TOKEN_VARIABLE}, but "
-                                 "this node has it set: set the same token on every node (or "
-                                 "on none); nothing was sent")
-        if token is not None and not verify_mac(greeting.frame, token=token, nonce=my_nonce):
-            refuse_primary(sock, "its greeting is not authenticated with this node's "
-                           f"{TOKEN_VARIABLE} (the tokens differ)", limits)
-            raise PreflightError(f"the greeting from {where} is not authenticated with this "
-                                 f"node's {TOKEN_VARIABLE}: set the same token on every node; "
-                                 "nothing was sent")
+        primary_nonce = trust_greeting(greeting, where=where, port=port, token=token,
+                                       limits=limits, unsent="this node's report")
         until, wait_text = verdict_deadline(hello, own_deadline=deadline,
                                              trusted=token is not None, limits=limits,
                                              timeout=options.timeout)

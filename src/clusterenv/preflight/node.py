@@ -227,32 +227,8 @@ def _attempt(
     sock, hello, my_nonce = greeting.sock, greeting.hello, greeting.nonce
     ring: RingListener | None = None
     try:
-        nonce_hex, auth = hello.get("nonce"), hello.get("auth")
-        if not isinstance(nonce_hex, str) or len(nonce_hex) != 32 or not isinstance(auth, bool):
-            raise PreflightError(f"the primary at {where} sent a malformed greeting")
-        try:
-            primary_nonce = bytes.fromhex(nonce_hex)
-        except ValueError as e:
-            raise PreflightError(f"the primary at {where} sent a malformed greeting") from e
-        if token is not None and not auth:
-            # Refuse before sending anything: this node's facts go only to a primary that
-            # proves it holds the same token.
-            refuse_primary(sock, f"this node has {TOKEN_VARIABLE} set and the primary does not",
-                    limits)
-            raise PreflightError(
-                f"the primary at {where} does not use {TOKEN_VARIABLE}, but this node has it "
-                "set: set the same token on every node (or on none); this node's fingerprint "
-                "was not sent"
-            )
-        if token is not None and not verify_mac(greeting.frame, token=token, nonce=my_nonce):
-            refuse_primary(sock, "its greeting is not authenticated with this node's "
-                           f"{TOKEN_VARIABLE} (the tokens differ)", limits)
-            raise PreflightError(
-                f"the greeting from {where} is not authenticated with this node's "
-                f"{TOKEN_VARIABLE}: the primary's token differs (set the same token on every "
-                f"node), or another program answers on port {port}; this node's fingerprint "
-                "was not sent"
-            )
+        primary_nonce = trust_greeting(greeting, where=where, port=port, token=token,
+                                       limits=limits, unsent="this node's fingerprint")
         until, wait_text = verdict_deadline(hello, own_deadline=own_deadline,
                                              trusted=token is not None, limits=limits,
                                              timeout=options.timeout)
@@ -321,6 +297,38 @@ def refuse_primary(sock: socket.socket, reason: str, limits: Limits) -> None:
     with contextlib.suppress(OSError):
         sock.settimeout(limits.send_timeout)
         sock.sendall(encode_frame(Kind.REJECT, encode_json({"reason": reason})))
+
+
+def trust_greeting(greeting: _Greeting, *, where: str, port: int, token: bytes | None,
+                   limits: Limits, unsent: str) -> bytes:
+    """The primary's nonce from its ``HELLO``, once the greeting is well formed and, when this
+    node has a token, authenticated with it; else the primary is told why (best effort) and a
+    :class:`PreflightError` says so, naming what was not sent (``unsent``): nothing of this
+    node goes to a primary that does not prove it holds the same token."""
+    hello, sock = greeting.hello, greeting.sock
+    nonce_hex, auth = hello.get("nonce"), hello.get("auth")
+    if not isinstance(nonce_hex, str) or len(nonce_hex) != 32 or not isinstance(auth, bool):
+        raise PreflightError(f"the primary at {where} sent a malformed greeting")
+    try:
+        primary_nonce = bytes.fromhex(nonce_hex)
+    except ValueError as e:
+        raise PreflightError(f"the primary at {where} sent a malformed greeting") from e
+    if token is not None and not auth:
+        refuse_primary(sock, f"this node has {TOKEN_VARIABLE} set and the primary does not",
+                       limits)
+        raise PreflightError(
+            f"the primary at {where} does not use {TOKEN_VARIABLE}, but this node has it "
+            f"set: set the same token on every node (or on none); {unsent} was not sent"
+        )
+    if token is not None and not verify_mac(greeting.frame, token=token, nonce=greeting.nonce):
+        refuse_primary(sock, "its greeting is not authenticated with this node's "
+                       f"{TOKEN_VARIABLE} (the tokens differ)", limits)
+        raise PreflightError(
+            f"the greeting from {where} is not authenticated with this node's "
+            f"{TOKEN_VARIABLE}: the primary's token differs (set the same token on every "
+            f"node), or another program answers on port {port}; {unsent} was not sent"
+        )
+    return primary_nonce
 
 
 def verdict_deadline(
