@@ -369,7 +369,8 @@ def test_a_node_whose_environment_has_an_undecodable_byte_runs_preflight(tmp_pat
 
 def test_a_node_dropped_by_a_primary_that_then_stops_says_so_quickly() -> None:
     # A node closed before its verdict reconnects; when nothing answers any more it reports the
-    # drop within seconds, not after its whole --timeout.
+    # drop within seconds, not after its whole --timeout. The close is a FIN, or a reset when
+    # part of the node's message was still unread (seen in CI): a drop either way.
     listener = socket.create_server((LOOP, 0))
     port = listener.getsockname()[1]
 
@@ -384,7 +385,8 @@ def test_a_node_dropped_by_a_primary_that_then_stops_says_so_quickly() -> None:
     thread = threading.Thread(target=greet_then_vanish, daemon=True)
     thread.start()
     start = time.monotonic()
-    with pytest.raises(PreflightError, match=r"without a verdict.*reconnecting found no primary"):
+    with pytest.raises(PreflightError, match=r"(without a verdict|lost the connection to the "
+                       r"primary).*reconnecting found no primary"):
         run_node(fingerprint(1), primary_addr=LOOP, port=port,
                  options=PreflightOptions(timeout=30.0, limits=FAST))
     assert time.monotonic() - start < 5
