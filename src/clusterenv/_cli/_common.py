@@ -259,3 +259,27 @@ def whole_number(minimum: int, expected: str) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def seconds_up_to(limit: float, *, zero: bool = False) -> Callable[[str], float]:
+    """An argparse ``type`` for seconds above 0 (or from 0, with ``zero``) up to ``limit``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        above = value >= 0 if zero else value > 0
+        if not above or not value <= limit:  # NaN is neither
+            raise argparse.ArgumentTypeError(f"{text!r}: expected seconds between 0 and "
+                                             f"{limit:g}")
+        return value
+
+    return parse
+
+
+def tcp_port(text: str) -> int:
+    """An argparse ``type`` for a TCP port, 1-65535."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port 1-65535")
+    return int(text)

@@ -8,27 +8,11 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from clusterenv._cli._common import add_json, emit_json, style, table
+from clusterenv._cli._common import add_json, emit_json, seconds_up_to, style, table, tcp_port
 from clusterenv._text import printable
 
 if TYPE_CHECKING:
     from clusterenv.hang import Call, HangReport, Stall
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds between 0 and 3600")
-    return value
-
-
-def _port(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port 1-65535")
-    return int(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,11 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "rendezvous, limits and CLUSTERENV_PREFLIGHT_TOKEN) and every node prints the answer",
     )
     parser.add_argument(
-        "--timeout", type=_seconds, default=30.0, metavar="SECONDS",
+        "--timeout", type=seconds_up_to(3600), default=30.0, metavar="SECONDS",
         help="with --collect: how long the primary waits for every node (default: 30)",
     )
     parser.add_argument(
-        "--port", type=_port, default=None,
+        "--port", type=tcp_port, default=None,
         help="with --collect: TCP port, the same on every node (default: PRIMARY_PORT + 1)",
     )
     parser.add_argument(

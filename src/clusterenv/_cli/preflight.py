@@ -14,8 +14,10 @@ from clusterenv._cli._common import (
     emit_json,
     host_context,
     render_findings,
+    seconds_up_to,
     style,
     table,
+    tcp_port,
 )
 from clusterenv._text import printable
 
@@ -23,47 +25,21 @@ if TYPE_CHECKING:
     from clusterenv.preflight import PreflightResult, Verdict
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds between 0 and 3600")
-    return value
-
-
-def _port(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port 1-65535")
-    return int(text)
-
-
-def _wait_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds between 0 and 3600")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--timeout``, ``--wait``, ``--port``, ``--ring``, ``--json``, ``--root``."""
     parser.add_argument(
-        "--timeout", type=_seconds, default=30.0, metavar="SECONDS",
+        "--timeout", type=seconds_up_to(3600), default=30.0, metavar="SECONDS",
         help="how long the primary waits for every node, and a node keeps trying to reach the "
         "primary (default: 30)",
     )
     parser.add_argument(
-        "--wait", type=_wait_seconds, default=0.0, metavar="SECONDS",
+        "--wait", type=seconds_up_to(3600, zero=True), default=0.0, metavar="SECONDS",
         help="the cluster may still be coming up: wait up to SECONDS for this node's cluster "
         "address, a route to the primary over the cluster interface, and every node "
         "(default: 0, do not wait)",
     )
     parser.add_argument(
-        "--port", type=_port, default=None,
+        "--port", type=tcp_port, default=None,
         help="preflight TCP port, the same on every node (default: PRIMARY_PORT + 1, e.g. 29501)",
     )
     parser.add_argument(
