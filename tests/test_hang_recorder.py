@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -166,10 +167,18 @@ def test_the_recorder_plan_never_changes_a_variable_that_is_set(environ: dict[st
     # One spelling of each setting at most, and none where any spelling is set.
     for family in (BUFFER_SIZE_NAMES, DUMP_FILE_NAMES):
         assert len(set(family) & set(plan.env)) == (0 if set(family) & set(environ) else 1)
-    twice = dict(environ)
-    apply_recorder(twice, directory="/nonexistent/jobs/1", host="node-1", torch=NEW)
-    again = dict(twice)
-    apply_recorder(again, directory="/nonexistent/jobs/2", host="node-2", torch=NEW)
+    # apply_recorder creates the job directory, a user's relative CLUSTERENV_HANG_DIR too: in
+    # a directory of its own, not in the checkout the tests run from
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory() as scratch:
+        os.chdir(scratch)
+        try:
+            twice = dict(environ)
+            apply_recorder(twice, directory="/nonexistent/jobs/1", host="node-1", torch=NEW)
+            again = dict(twice)
+            apply_recorder(again, directory="/nonexistent/jobs/2", host="node-2", torch=NEW)
+        finally:
+            os.chdir(here)
     assert again == twice
 
 
