@@ -57,6 +57,7 @@ def small(block: int, probe: int, cached: int) -> Iterator[None]:
     on."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(block_reader, "BLOCK", block)
+        patch.setattr(block_reader, "_HOLD", 16)  # lines held for bulk runs: few
         patch.setattr(line_reader, "_CACHE_PROBE", probe)
         patch.setattr(line_reader, "_MAX_CACHED", cached)
         yield
@@ -142,6 +143,54 @@ def test_reading_in_blocks_reads_what_reading_line_by_line_reads(text: str, bloc
                                                                  probe: int) -> None:
     with small(block, probe, 4 * probe):
         fast, reference = both(text)
+    assert fast == reference
+
+
+# Messages of one process whose order decides something: NCCL's return trace (NCCLCHECK in
+# src/include/checks.h prints "%s:%d -> %d"; the first is a real line of the 2.27 capture; 7 is
+# ncclInProgress), progress marks (the capture's "Using network IB", a channel line of NCCL
+# 2.19+, ncclCommInitRank's "Init COMPLETE"), and lines only counted (the capture's aws-ofi-nccl
+# trouble line, a WARN of src/transport/net_ib.cc, NCCL_IB_TIMEOUT's "Got completion with
+# error" line of the same file).
+_ORDERED = [
+    "INFO plugin/net.cc:118 -> 2", "INFO misc/socket.cc:{d}84 -> 6", "INFO init.cc:1{d}1 -> 3",
+    "INFO transport/net.cc:{d}9 -> 7",
+    "INFO Using network IB", "INFO Channel 0{d}/0 : 8[0] -> 0[0] [receive] via NET/IB/0/GDRDMA",
+    "INFO ncclCommInitRank comm 0x55{d} rank {d} nranks 8 cudaDev 0 nvmlDev 0 busId 1b000 "
+    "commId 0xde4443395863ef4a - Init COMPLETE",
+    "INFO NET/OFI Invalid type of PCI bus returned 0",
+    "WARN NET/IB : Got completion from peer 10.1.0.{d}<40404> with status=12 opcode=0 len=0 "
+    "vendor err 129 (Recv) localGid ::ffff:10.1.0.1 remoteGidsfe80::1 hca mlx5_{d}",
+]
+
+
+@st.composite
+def _ordered(draw: st.DrawFn) -> str:
+    """One of the messages, or two of one process in one line (two processes' output that
+    met, or a message printed twice before its newline)."""
+    message = draw(st.sampled_from(_ORDERED))
+    if draw(st.integers(0, 4)) == 0:
+        message += " {head}" + draw(st.sampled_from(_ORDERED))
+    return message
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 3), _ordered(), st.integers(0, 2)),
+                min_size=1, max_size=30),
+       st.lists(st.integers(0, 29), max_size=8), st.integers(1, 12),
+       st.sampled_from([200, 1000, 4096]))
+def test_lines_repeated_in_a_block_replay_in_bulk_as_line_by_line(
+        steps: list[tuple[int, str, int]], extra: list[int], copies: int, block: int) -> None:
+    # a job printing the same traces, progress and warnings again and again: the block reader
+    # replays each distinct line once per block, and a trace after progress must still start a
+    # new return chain, for every process on its own
+    lines = []
+    for rank, message, digit in steps:
+        prefix = head(0, 300000 + rank, rank).replace("INFO ", "")
+        lines.append(prefix + message.format(d=digit, head=prefix))
+    text = lines * copies + [lines[at % len(lines)] for at in extra] + lines[: len(lines) // 2]
+    with small(block, 8, 64):
+        fast, reference = both("\n".join(text))
     assert fast == reference
 
 

@@ -8,7 +8,9 @@ others, in order, to the code that reads one line (:meth:`~clusterenv.nccl_log.p
 so that the result is the same as reading line by line (a test compares the two):
 
 - While lines repeat (the line cache is on), one dict lookup per line in C finds what each line
-  did before: a line that needs nothing again is only counted, the others replay their actions.
+  did before: a line that needs nothing again is only counted, the others replay their actions,
+  held until thousands are, then run once per distinct line where that is the same as running
+  each (a job stuck printing the same warning, trace and channel line again and again).
 - While they do not (a job of thousands of processes, each line with its own host, pid and
   ranks), the channel lines (``Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0/GDRDMA``,
   most of a large job's lines) are set apart. Between two lines that change something, those of
@@ -20,6 +22,7 @@ so that the result is the same as reading line by line (a test compares the two)
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from itertools import compress, repeat
 from operator import contains, itemgetter
@@ -28,6 +31,7 @@ from typing import IO, Any
 from clusterenv.nccl_log.lines import find_marker
 from clusterenv.nccl_log.model import NcclLog
 from clusterenv.nccl_log.parse import MAX_LINE, MISSING, _Parser, no_cycle_collection, parse_lines
+from clusterenv.nccl_log.state import Process
 
 __all__ = ["BLOCK", "BlockParser", "blocks", "parse_stream"]
 
@@ -41,6 +45,8 @@ _CHANNEL = " NCCL INFO Chan"
 _TAIL = 120
 # Consecutive lines of one process from which they are read together.
 _ROW = 4
+# Lines seen before whose actions are held to be run together, once per distinct line.
+_HOLD = 8192
 
 
 class BlockParser(_Parser):
@@ -53,6 +59,25 @@ class BlockParser(_Parser):
         self._block: list[str] = []
         self._base = 0
         self._pending: list[tuple[int, int]] = []
+        # lines seen before, held to be run once per distinct line (_hold): their text, number
+        # and actions; the actions that can be (_bulk), and those among them that mark progress
+        self._held_numbers: list[int] = []
+        self._held_actions: list[Any] = []
+        self._progress_ops = {self._op_progress, self._op_channel, self._op_comm}
+        self._bulk_ops = {
+            self._op_warn, self._op_notice, self._op_info_failure, self._op_trace,
+            self._op_ofi_trouble, self._op_plugin_error, self._op_plugin_rejected,
+            *self._progress_ops,
+        }
+
+    def finish(self, lines_read: int) -> NcclLog:
+        """The log (see :meth:`~clusterenv.nccl_log.parse._Parser.finish`)."""
+        self._release()
+        try:
+            return super().finish(lines_read)
+        finally:
+            self._bulk_ops.clear()  # bound methods: the parser would refer to itself
+            self._progress_ops.clear()
 
     def feed_block(self, lines: list[str], first: int, *, plain: bool = False) -> None:
         """Read a block of lines (without their newlines) numbered from ``first``, as
@@ -67,6 +92,7 @@ class BlockParser(_Parser):
             if first + start >= self.cache_from:
                 start = self._cached(lines, first, start)
             else:
+                self._release()
                 stop = min(end, self.cache_from - first)
                 if plain:
                     self.matched += self._uncached(lines[start:stop], first + start)
@@ -78,14 +104,23 @@ class BlockParser(_Parser):
 
     def _cached(self, lines: list[str], first: int, start: int) -> int:
         """Read ``lines[start:]`` with the line cache on, until the cache is emptied or switched
-        off (then a lookup made in advance may be stale); returns where it stopped."""
+        off (then a lookup made in advance may be stale); returns where it stopped.
+
+        When every line was seen before, their actions are held (:meth:`_hold`) to be run
+        later, once per distinct line; any other block is read line by line, after what is
+        held."""
         block = lines[start:] if start else lines
         get = self.by_line.get
         # False: nothing recognised; (): recognised, nothing to run again (both false, so that
         # compress() skips them); a tuple of actions, or MISSING: the loop below
         known = list(map(get, block, repeat(MISSING)))
-        changes = self.cache_changes
         base = first + start
+        held = list(compress(known, known))
+        if MISSING not in held:
+            self._hold(block, known, held, base)
+            return start + len(block)
+        self._release()
+        changes = self.cache_changes
         stop = len(block)
         matched = 0
         for index in compress(range(stop), known):
@@ -106,6 +141,111 @@ class BlockParser(_Parser):
                 op(proc, msg, number, fact)
         self.matched += matched + (known if stop == len(known) else known[:stop]).count(())
         return start + stop
+
+    def _hold(self, block: list[str], known: list[Any], actions: list[Any], base: int) -> None:
+        """Hold the lines of ``block`` with actions (``actions``, all of lines seen before)
+        until enough are held to be run once per distinct line (:meth:`_release`)."""
+        self.matched += len(actions) + known.count(())
+        if actions:
+            self._held_numbers += compress(range(base, base + len(block)), known)
+            self._held_actions += actions
+            if len(self._held_actions) >= _HOLD:
+                self._release()
+
+    def _release(self) -> None:
+        """Run the actions held, in bulk where it pays and is the same (:meth:`_bulk`), else in
+        order."""
+        numbers, actions = self._held_numbers, self._held_actions
+        if not actions:
+            return
+        self._held_numbers, self._held_actions = [], []
+        if not self._bulk(numbers, actions):
+            for number, steps in zip(numbers, actions):  # noqa: B905
+                for op, proc, msg, fact in steps:
+                    op(proc, msg, number, fact)
+
+    def _bulk(self, numbers: list[int], actions: list[Any]) -> bool:
+        """Run the ``actions`` of lines seen before (at lines ``numbers``) once per distinct
+        line, when lines repeat among them and every action can be; returns False,
+        having changed nothing, when they cannot be.
+
+        A line that comes ``n`` times runs its actions once with ``times=n``, at the number of
+        its last occurrence: counts add up, a progress mark moves to the latest, what is set
+        once stays set. Only the return chain of a trace depends on the order of lines (a
+        trace after progress starts a new chain): for a process with a trace among these
+        lines, the chain is then worked out from the order of its traces and progress marks
+        (:meth:`_chains`). Lines with an action of any other kind are run in order.
+        """
+        # a line's actions are one tuple, the same object each time it comes: its id stands
+        # for the line
+        keys = list(map(id, actions))
+        times = Counter(keys)
+        if len(times) * 2 > len(keys):
+            return False  # lines repeat too little for this to pay
+        steps_of = dict(zip(keys, actions, strict=True))
+        safe, trace = self._bulk_ops, self._op_trace
+        traced: dict[Process, None] = {}  # with a trace that may start a chain
+        for steps in steps_of.values():
+            for op, proc, _, fact in steps:
+                if op not in safe:
+                    return False
+                if op == trace and fact[2] != "7":
+                    traced[proc] = None
+        last = dict(zip(keys, numbers, strict=True))
+        before = {proc: (proc.chain, proc.trace_line, proc.progress_line) for proc in traced}
+        for key, n in times.items():
+            number = last[key]
+            for op, proc, msg, fact in steps_of[key]:
+                op(proc, msg, number, fact, n)
+        if before:
+            self._chains(keys, numbers, steps_of, before)
+        return True
+
+    def _chains(self, keys: list[int], numbers: list[int], steps_of: dict[int, Any],
+                before: dict[Process, tuple[str | None, int, int]]) -> None:
+        """Set the return chain, last trace and its code of each process of ``before`` (its
+        chain, trace line and progress line before these lines were run) as running the lines
+        (``keys``, at lines ``numbers``, their actions ``steps_of[key]``) in order would have.
+
+        :meth:`_op_trace` starts a new chain at a trace that comes after progress, so the chain
+        is the first trace after the last progress mark that precedes the last trace, or,
+        without such a mark, the first trace when the chain had ended before these lines. The
+        lines are read backwards from the last, until each process has its mark."""
+        trace, marks, comm = self._op_trace, self._progress_ops, self._op_comm
+        events: dict[int, list[tuple[Process, str | None, str | None]]] = {}
+        for key, steps in steps_of.items():
+            found = []
+            for op, proc, _, fact in steps:
+                if proc not in before:
+                    continue
+                if op == trace:
+                    if fact[2] != "7":  # ncclInProgress: no step of a chain
+                        found.append((proc, fact[3], fact[2]))
+                elif op in marks and (op != comm or fact[4]):
+                    found.append((proc, None, None))
+            if found:
+                events[key] = found[::-1]
+        open_ = dict.fromkeys(before)
+        last: dict[Process, tuple[int, str | None]] = {}
+        first: dict[Process, str] = {}  # the earliest trace read so far, of each process
+        backwards = range(len(keys) - 1, -1, -1)
+        for at in compress(backwards, map(events.__contains__, reversed(keys))):
+            for proc, chain, code in events[keys[at]]:
+                if proc not in open_:
+                    continue
+                if chain is not None:
+                    last.setdefault(proc, (numbers[at], code))
+                    first[proc] = chain
+                elif proc in last:  # the progress mark before the last trace
+                    proc.chain = first[proc]
+                    del open_[proc]
+            if not open_:
+                break
+        for proc in open_:
+            chain, trace_line, progress_line = before[proc]
+            proc.chain = first[proc] if chain is None or progress_line > trace_line else chain
+        for proc, (number, code) in last.items():
+            proc.trace_line, proc.trace_code = number, code
 
     # -- while it is off -----------------------------------------------------------------------
 

@@ -103,7 +103,7 @@ class Messages:
         self.entries: dict[str, list[Any]] = {}
 
     def add(self, text: str, kind: str, source: str | None, line: int,  # noqa: PLR0917
-            proc: Process | None, match: CatalogueMatch | None = None) -> None:
+            proc: Process | None, match: CatalogueMatch | None = None, times: int = 1) -> None:
         if len(text) > MAX_TEXT:
             text = text[:MAX_TEXT]
         entry = self.entries.get(text)
@@ -111,7 +111,7 @@ class Messages:
             if len(self.entries) >= MAX_MESSAGES:
                 return
             entry = self.entries[text] = [kind, source, 0, line, {}, match, {}]
-        entry[2] += 1
+        entry[2] += times
         if proc is not None:
             if proc.host:
                 entry[4][proc.host] = None
@@ -153,22 +153,29 @@ class FactOps:
         self.errors = Messages()
         self.notices = Messages()
 
-    def _op_warn(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+    # The ops a line seen before replays take ``times``: that many of its lines at once, the
+    # last at line ``number`` (the block reader's bulk replay, blocks.BlockParser._bulk). A
+    # progress mark only ever moves forward, so that lines replayed out of order leave the
+    # latest.
+
+    def _op_warn(self, proc: Process, msg: str, number: int, fact: Fact, times: int = 1) -> None:
         _, kind, source, match = fact
-        self.warnings.add(msg, kind, source, number, proc, match)
+        self.warnings.add(msg, kind, source, number, proc, match, times)
         if kind == "plugin" and proc.plugin:
             proc.plugin.evidence[msg[:MAX_TEXT]] = None
 
     def _op_bootstrap(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
         proc.bootstrap = proc.bootstrap or fact[1]
 
-    def _op_notice(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
-        self.notices.add(msg, fact[1], None, number, proc)
+    def _op_notice(self, proc: Process, msg: str, number: int, fact: Fact,
+                   times: int = 1) -> None:
+        self.notices.add(msg, fact[1], None, number, proc, None, times)
 
-    def _op_info_failure(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+    def _op_info_failure(self, proc: Process, msg: str, number: int, fact: Fact,
+                         times: int = 1) -> None:
         match: CatalogueMatch = fact[2]
         target = self.errors if match.fatal else self.notices
-        target.add(msg, fact[1], None, number, proc, match)
+        target.add(msg, fact[1], None, number, proc, match, times)
 
     def _op_socket(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
         proc.socket_ifs = proc.socket_ifs or fact[1]
@@ -247,9 +254,10 @@ class FactOps:
     def _op_dmabuf(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
         self.dmabuf[fact[1]] = None
 
-    def _op_channel(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+    def _op_channel(self, proc: Process, msg: str, number: int, fact: Fact,
+                    times: int = 1) -> None:
         _, network, index, receive, gdr = fact
-        self.channels(proc, (network, index), receive, gdr, 1, number)
+        self.channels(proc, (network, index), receive, gdr, times, number)
 
     def channels(self, proc: Process, device: tuple[str, int], receive: bool,  # noqa: PLR0917
                  gdr: bool, times: int, number: int) -> None:
@@ -260,9 +268,9 @@ class FactOps:
         if receive and device[0] != "Socket":  # sockets never use GPUDirect RDMA
             proc.net_channels += times
             proc.gdr_channels += times if gdr else 0
-        proc.progress_line = number
+        proc.progress_line = max(proc.progress_line, number)
 
-    def _op_comm(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+    def _op_comm(self, proc: Process, msg: str, number: int, fact: Fact, times: int = 1) -> None:
         _, rank, nranks, nnodes, complete = fact
         if rank is not None and proc.rank is None:
             proc.rank, proc.nranks = rank, nranks
@@ -270,11 +278,12 @@ class FactOps:
             self.nranks = max(self.nranks or 0, nranks)
         if nnodes is not None:
             self.nnodes = max(self.nnodes or 0, nnodes)
-        if complete:
+        if complete and number > proc.progress_line:
             proc.progress_line = number
 
-    def _op_progress(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
-        proc.progress_line = number
+    def _op_progress(self, proc: Process, msg: str, number: int, fact: Fact,
+                     times: int = 1) -> None:
+        proc.progress_line = max(proc.progress_line, number)
 
     def _op_version(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
         proc.version = proc.version or fact[1]
@@ -293,9 +302,9 @@ class FactOps:
     def _op_net_named(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
         proc.plugin_net = proc.plugin_net or fact[1]
 
-    def _op_trace(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+    def _op_trace(self, proc: Process, msg: str, number: int, fact: Fact, times: int = 1) -> None:
         _, source, code, text = fact
-        self.errors.add(text, "error-trace", source, number, proc)
+        self.errors.add(text, "error-trace", source, number, proc, None, times)
         if proc.plugin and "net.cc" in source:
             proc.plugin.evidence[text] = None
         if code == "7":
@@ -341,13 +350,15 @@ class FactOps:
         if proc.plugin:
             proc.plugin.evidence[msg[:MAX_TEXT]] = None
 
-    def _op_plugin_error(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+    def _op_plugin_error(self, proc: Process, msg: str, number: int, fact: Fact,
+                         times: int = 1) -> None:
         proc.plugin_error = proc.plugin_error or fact[1][:MAX_TEXT]
-        self.notices.add(msg, "plugin-load", None, number, proc)
+        self.notices.add(msg, "plugin-load", None, number, proc, None, times)
 
-    def _op_plugin_rejected(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+    def _op_plugin_rejected(self, proc: Process, msg: str, number: int, fact: Fact,
+                            times: int = 1) -> None:
         proc.plugin_rejected = proc.plugin_rejected or fact[1]
-        self.notices.add(msg, "plugin-load", None, number, proc)
+        self.notices.add(msg, "plugin-load", None, number, proc, None, times)
 
     def _op_ofi(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
         self._placeholder(proc, "aws-ofi-nccl")
@@ -365,6 +376,7 @@ class FactOps:
         self._placeholder(proc, "aws-ofi-nccl")
         self._device(proc, "OFI", fact[1], fact[2], None)
 
-    def _op_ofi_trouble(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+    def _op_ofi_trouble(self, proc: Process, msg: str, number: int, fact: Fact,
+                        times: int = 1) -> None:
         self._placeholder(proc, "aws-ofi-nccl").evidence[msg[:MAX_TEXT]] = None
-        self.notices.add(msg, "plugin", None, number, proc)
+        self.notices.add(msg, "plugin", None, number, proc, None, times)
