@@ -73,12 +73,15 @@ VERBS: dict[str, tuple[str, str]] = {
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
-def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(load: Iterable[str] | None = None, *,
+                 only: bool = False) -> argparse.ArgumentParser:
     """The argument parser with every verb registered.
 
     Args:
         load: The verbs whose options are added (their modules imported); None: every verb.
             The others are listed with their help line only.
+        only: Register the verbs of ``load`` alone (the command line names one: the others
+            would cost their parsers for nothing).
     """
     parser = argparse.ArgumentParser(
         prog="clusterenv",
@@ -92,6 +95,8 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     verbs.required = True
     wanted = set(VERBS) if load is None else set(load)
     for name, (module_name, help_line) in VERBS.items():
+        if only and name not in wanted:
+            continue
         sub = verbs.add_parser(name, help=help_line, description=help_line)
         if name in wanted:
             import importlib  # noqa: PLC0415  # only when a verb runs
@@ -185,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
     chosen = _chosen_verb(words)
-    args = build_parser([] if chosen is None else [chosen]).parse_args(words)
+    parser = build_parser([], only=False) if chosen is None else build_parser([chosen], only=True)
+    args = parser.parse_args(words)
     from clusterenv.errors import ClusterEnvError  # noqa: PLC0415  # after --help/--version
 
     verb = str(args.verb)
