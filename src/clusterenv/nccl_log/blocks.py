@@ -182,7 +182,8 @@ class BlockParser(_Parser):
         times = Counter(keys)
         if len(times) * 2 > len(keys):
             return False  # lines repeat too little for this to pay
-        steps_of = dict(zip(keys, actions, strict=True))
+        at = dict(zip(keys, range(len(keys)), strict=True))  # where each line comes last
+        steps_of = {key: actions[index] for key, index in at.items()}
         safe, trace = self._bulk_ops, self._op_trace
         traced: dict[Process, None] = {}  # with a trace that may start a chain
         for steps in steps_of.values():
@@ -191,10 +192,9 @@ class BlockParser(_Parser):
                     return False
                 if op == trace and fact[2] != "7":
                     traced[proc] = None
-        last = dict(zip(keys, numbers, strict=True))
         before = {proc: (proc.chain, proc.trace_line, proc.progress_line) for proc in traced}
         for key, n in times.items():
-            number = last[key]
+            number = numbers[at[key]]
             for op, proc, msg, fact in steps_of[key]:
                 op(proc, msg, number, fact, n)
         if before:
