@@ -27,8 +27,8 @@ process whose peak RSS is printed next to that of a child that only imports clus
 under 200 MB more than the import alone.
 
 Exit 1 when any goal is missed, but for a goal not reached yet (``BOUNDS``: ``unique``, whose
-goal is 10x and which stands near 15x): that one fails only past its bound (a regression) and
-otherwise exits 3, the miss printed. ``python -m benchmarks --quick`` runs smaller files of the
+goal is 10x and which stands near 15x, and ``loop``, near 5x): that one fails only past its
+bound (a regression) and otherwise exits 3, the miss printed. ``python -m benchmarks --quick`` runs smaller files of the
 same shapes.
 
 Run: ``python benchmarks/bench_nccl_log.py [--size-mb 100] [--unique-mb 100] [--loop-mb 100]
