@@ -194,6 +194,24 @@ def test_lines_repeated_in_a_block_replay_in_bulk_as_line_by_line(
     assert fast == reference
 
 
+@pytest.mark.parametrize("first", [
+    # a trace, then progress, in one line: that progress comes at the trace's own line, so the
+    # next trace continues the chain (NCCL went no further than that line)
+    ["INFO init.cc:1{d}1 -> 3 {head}INFO Using network IB", "INFO misc/socket.cc:{d}84 -> 6"],
+    # progress, then a trace, in one line: the trace starts a new chain
+    ["INFO Using network IB {head}INFO init.cc:1{d}1 -> 3", "INFO misc/socket.cc:{d}84 -> 6"],
+    ["INFO misc/socket.cc:{d}84 -> 6", "INFO init.cc:1{d}1 -> 3 {head}INFO Using network IB"],
+])
+def test_a_trace_and_progress_in_one_line_replay_in_bulk_as_line_by_line(
+        first: list[str]) -> None:
+    prefix = head(0, 300000, 0).replace("INFO ", "")
+    lines = [prefix + message.format(d=1, head=prefix) for message in first]
+    with small(4096, 8, 64):
+        fast, reference = both("\n".join(lines * 40))
+    assert fast == reference
+    assert fast.ranks[0].failure == reference.ranks[0].failure
+
+
 @pytest.mark.parametrize("path", sorted(LOGS.rglob("*.txt")), ids=lambda p: p.name)
 def test_every_log_read_in_small_blocks_reads_the_same(path: Path) -> None:
     # every real log and variant, crossing blocks everywhere, the line cache turned off early

@@ -215,13 +215,17 @@ class BlockParser(_Parser):
         events: dict[int, list[tuple[Process, str | None, str | None]]] = {}
         for key, steps in steps_of.items():
             found = []
+            traced: set[Process] = set()  # with a trace earlier in this line
             for op, proc, _, fact in steps:
                 if proc not in before:
                     continue
                 if op == trace:
                     if fact[2] != "7":  # ncclInProgress: no step of a chain
                         found.append((proc, fact[3], fact[2]))
-                elif op in marks and (op != comm or fact[4]):
+                        traced.add(proc)
+                elif op in marks and (op != comm or fact[4]) and proc not in traced:
+                    # a mark after a trace of the same line is at that trace's line number:
+                    # not after it, so the next trace goes on with the chain
                     found.append((proc, None, None))
             if found:
                 events[key] = found[::-1]
