@@ -1,4 +1,5 @@
-"""The seconds and ports that `preflight` and `hang` take, parsed by one pair of argparse types."""
+"""The CLI's parser: the seconds and ports that `preflight` and `hang` take (one pair of argparse
+types), and the parser built for the one verb a command line names."""
 
 from __future__ import annotations
 
@@ -37,3 +38,13 @@ def test_the_values_in_range_are_taken() -> None:
     assert (args.timeout, args.port) == (3600.0, 1)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["preflight", "--wait", "-0.1"])
+
+
+def test_a_parser_for_one_verb_parses_that_verb_and_knows_no_other() -> None:
+    # what `clusterenv hang ...` builds: the hang verb's options, no other verb's parser
+    parser = build_parser(["hang"], only=True)
+    args = parser.parse_args(["hang", "--collect", "--port", "29500"])
+    assert (args.verb, args.port) == ("hang", 29500)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["preflight"])
+    assert build_parser(["hang"]).parse_args(["preflight"]).verb == "preflight"

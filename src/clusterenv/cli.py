@@ -75,7 +75,7 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 def build_parser(load: Iterable[str] | None = None, *,
                  only: bool = False) -> argparse.ArgumentParser:
-    """The argument parser with every verb registered.
+    """The argument parser, with every verb registered (or those of ``load`` alone).
 
     Args:
         load: The verbs whose options are added (their modules imported); None: every verb.
@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
     chosen = _chosen_verb(words)
-    parser = build_parser([], only=False) if chosen is None else build_parser([chosen], only=True)
+    parser = build_parser([]) if chosen is None else build_parser([chosen], only=True)
     args = parser.parse_args(words)
     from clusterenv.errors import ClusterEnvError  # noqa: PLC0415  # after --help/--version
 
