@@ -34,10 +34,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str] | None]] = {
     "preflight": ("bench_preflight.py", [], ["8", "512", "2048", "--runs", "1"]),
     "preflight-hostile": ("bench_preflight_hostile.py", [], ["--runs", "2"]),
     # the repeated shape at 30 MB: at 10 MB what a run costs once (the first reading of each
-    # distinct line, the report) is a third of the time, which 100 MB does not have
+    # distinct line, the report) is a third of the time, which 100 MB does not have; the
+    # addresses at 8 MB (and 2 MB): the floor of 1 MB, 2 ms, is too short to time
     "nccl-log": ("bench_nccl_log.py", [], ["--size-mb", "30", "--unique-mb", "10",
                                           "--processes", "1024", "--loop-mb", "30",
-                                          "--addresses-mb", "4",
+                                          "--addresses-mb", "8",
                                           "--repeat", "5", "--no-newline-mb", "50"]),
     "nccl-probe": ("bench_nccl_probe.py", [], None),
 }

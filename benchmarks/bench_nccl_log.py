@@ -21,7 +21,8 @@ that misses its goal is timed again, twice as many runs, before the miss is beli
 - ``addresses`` (``--addresses-mb`` 20): one process per host, every host with its own
   bootstrap address (in 172.16.0.0/12, so that each is judged): no check may grow with
   processes x addresses. Goal: linear, the ratio to the floor at this size at most 1.3x the
-  ratio of a quarter of it (a path growing with processes x addresses makes it 4x).
+  ratio of a quarter of it (a path growing with processes x addresses makes it 4x); a miss is
+  timed again, twice as many runs, before it is believed.
 
 Memory: a file of ``--no-newline-mb`` (default 1000) MB without a newline is parsed in a child
 process whose peak RSS is printed next to that of a child that only imports clusterenv; goal
@@ -272,10 +273,15 @@ def main() -> None:
         run_shape("unique", path, int(args.unique_mb * 1e6), args.repeat, failed, missed,
                   processes=args.processes, hosts=max(1, args.processes // 8))
         run_shape("loop", path, int(args.loop_mb * 1e6), args.repeat, failed, missed)
-        quarter = run_shape("addresses", path, int(args.addresses_mb * 1e6 / 4), args.repeat,
-                            None)
-        full = run_shape("addresses", path, int(args.addresses_mb * 1e6), args.repeat, failed)
+        sizes = int(args.addresses_mb * 1e6 / 4), int(args.addresses_mb * 1e6)
+        quarter, full = (run_shape("addresses", path, size, args.repeat, None) for size in sizes)
         growth = full / quarter
+        if growth > GOAL_LINEAR:
+            # timed again before it is believed, as a missed goal is: the best of each counts
+            print("addresses: timed again, twice as many runs", flush=True)
+            again = [run_shape("addresses", path, size, 2 * args.repeat, None) for size in sizes]
+            quarter, full = min(quarter, again[0]), min(full, again[1])
+            growth = full / quarter
         print(f"addresses: x{growth:.2f} the ratio of a quarter of the size (goal <= "
               f"{GOAL_LINEAR}: nothing grows with processes x addresses)", flush=True)
         if growth > GOAL_LINEAR:
