@@ -14,10 +14,12 @@ that misses its goal is timed again, twice as many runs, before the miss is beli
   %d[%d] -> %d[%d] [%s] via NET/%s/%d%s%s``, src/transport/p2p.cc ``... via P2P/%s%s%s``)
   and ``Init COMPLETE``; goal within 10x the floor.
 - ``loop`` (``--loop-mb`` 100): a job stuck in a retry loop, every line stating something
-  again: a process printing NCCL's completion-error WARN (src/transport/net_ib.cc ``NET/IB :
-  Got completion from peer %s with status=%d opcode=%d len=%u vendor err %d (%s)...``), the
-  return traces after it (src/include/checks.h ``%s:%d -> %d``) and a channel line, over and
-  over; goal within 5x the floor (lines that repeat), a regression past 10x fails.
+  again: a process printing NCCL 2.27.5's completion-error WARN (src/transport/net_ib.cc:2451
+  ``NET/IB: Got completion from peer %s with status=%d opcode=%d len=%u vendor err %u
+  (%s)%s%s%s%s hca %s``), the return traces of its callers (src/include/checks.h ``%s:%d ->
+  %d``; NCCLCHECK of the network's test() at src/transport/net.cc:1393 and :1227, 6 being
+  ncclRemoteError) and a channel line, over and over; goal within 5x the floor (lines that
+  repeat), a regression past 10x fails.
 - ``addresses`` (``--addresses-mb`` 20): one process per host, every host with its own
   bootstrap address (in 172.16.0.0/12, so that each is judged): no check may grow with
   processes x addresses. Goal: linear, nccl-log's time per byte at this size at most 1.3x its
@@ -138,10 +140,10 @@ def write_loop(path: Path, size: int) -> int:
     (each a line NCCL prints; see the module's docstring), again until ``size``."""
     prefix = "gpu-node-0001:300001:300001 [1] NCCL "
     cycle = "".join(prefix + line + "\n" for line in [
-        "WARN NET/IB : Got completion from peer 10.1.0.2<40404> with status=12 opcode=0 len=0 "
-        "vendor err 129 (Recv) localGid ::ffff:10.1.0.1 remoteGidsfe80::1 hca mlx5_1",
-        "INFO transport/net_ib.cc:1700 -> 6",
-        "INFO transport/net.cc:1214 -> 6",
+        "WARN NET/IB: Got completion from peer 10.1.0.2<40404> with status=12 opcode=0 len=0 "
+        "vendor err 129 (Recv) localGid ::ffff:10.1.0.1 remoteGids::ffff:10.1.0.2 hca mlx5_1",
+        "INFO transport/net.cc:1393 -> 6",
+        "INFO transport/net.cc:1227 -> 6",
         "INFO Channel 00/0 : 8[1] -> 1[1] [receive] via NET/IB/1/GDRDMA",
     ])
     with open(path, "w", encoding="utf-8") as out:

@@ -150,8 +150,8 @@ def test_reading_in_blocks_reads_what_reading_line_by_line_reads(text: str, bloc
 # src/include/checks.h prints "%s:%d -> %d"; the first is a real line of the 2.27 capture; 7 is
 # ncclInProgress), progress marks (the capture's "Using network IB", a channel line of NCCL
 # 2.19+, ncclCommInitRank's "Init COMPLETE"), and lines only counted (the capture's aws-ofi-nccl
-# trouble line, a WARN of src/transport/net_ib.cc, NCCL_IB_TIMEOUT's "Got completion with
-# error" line of the same file).
+# trouble line, and the completion-error WARN of src/transport/net_ib.cc:2451 at 2.27.5, "NET/IB:
+# Got completion from peer %s with status=%d opcode=%d len=%u vendor err %u (%s)%s%s%s%s hca %s").
 _ORDERED = [
     "INFO plugin/net.cc:118 -> 2", "INFO misc/socket.cc:{d}84 -> 6", "INFO init.cc:1{d}1 -> 3",
     "INFO transport/net.cc:{d}9 -> 7",
@@ -159,8 +159,8 @@ _ORDERED = [
     "INFO ncclCommInitRank comm 0x55{d} rank {d} nranks 8 cudaDev 0 nvmlDev 0 busId 1b000 "
     "commId 0xde4443395863ef4a - Init COMPLETE",
     "INFO NET/OFI Invalid type of PCI bus returned 0",
-    "WARN NET/IB : Got completion from peer 10.1.0.{d}<40404> with status=12 opcode=0 len=0 "
-    "vendor err 129 (Recv) localGid ::ffff:10.1.0.1 remoteGidsfe80::1 hca mlx5_{d}",
+    "WARN NET/IB: Got completion from peer 10.1.0.{d}<40404> with status=12 opcode=0 len=0 "
+    "vendor err 129 (Recv) localGid ::ffff:10.1.0.1 remoteGids::ffff:10.1.0.{d} hca mlx5_{d}",
 ]
 
 

@@ -160,7 +160,7 @@ class BlockParser(_Parser):
             return
         self._held_numbers, self._held_actions = [], []
         if not self._bulk(numbers, actions):
-            for number, steps in zip(numbers, actions):  # noqa: B905
+            for number, steps in zip(numbers, actions, strict=True):
                 for op, proc, msg, fact in steps:
                     op(proc, msg, number, fact)
 
