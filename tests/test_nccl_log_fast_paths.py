@@ -146,6 +146,70 @@ def test_reading_in_blocks_reads_what_reading_line_by_line_reads(text: str, bloc
     assert fast == reference
 
 
+# What NCCL 2.27.5 prints after the channels of its rings and of its trees
+# (src/transport/generic.cc:31 and :50).
+_AFTER = ["Connected all rings, use ring PXN 0 GDR 1", "Connected all trees"]
+
+
+@st.composite
+def rows(draw: st.DrawFn) -> str:
+    """Processes printed one after another (each a row of lines of its own prefix, read
+    together): setup lines, then rings and trees, each a run of channel lines followed by
+    NCCL's line for it, with lines that break a run drawn in: a setup line that carries a
+    second message (a channel line of the same process, or another's), a channel line with a
+    second marker, another process's line."""
+    lines: list[str] = []
+    for rank in range(draw(st.integers(1, 4))):
+        host, device, pid = rank // 2, rank % 8, 300000 + rank
+        own = head(host, pid, device)
+        lines += draw(st.lists(st.sampled_from(setup(host, pid, device, rank)), max_size=6))
+        for after in _AFTER[: draw(st.integers(1, 2))]:
+            kinds = st.sampled_from(_COMMON[:3]) if draw(st.booleans()) else st.sampled_from(
+                list(CHANNELS))
+            for channel in range(draw(st.integers(0, 8))):
+                lines.append(own + CHANNELS[draw(kinds)].format(
+                    c=channel, r=rank, n=rank + 8, d=device, h=head(host, pid + 1, device)))
+            lines.append(own + after)
+        for _ in range(draw(st.integers(0, 2))):
+            at = draw(st.integers(0, len(lines)))
+            lines.insert(at, draw(st.sampled_from([
+                own + SETUP[0] + " " + own + CHANNELS["recv"].format(c=0, r=rank, n=8,
+                                                                     d=device, h=""),
+                own + SETUP[0] + " " + head(host, pid + 1, device) + SETUP[1],
+                head(host, pid + 1, device) + SETUP[2],
+            ])))
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.data_too_large])
+@given(rows(), st.sampled_from([300, 1000, 65536]))
+def test_rows_of_one_process_read_together_read_what_line_by_line_reads(text: str,
+                                                                         block: int) -> None:
+    # the line cache off from the start: rows are read together only then
+    with small(block, 8, 8):
+        fast, reference = both(text)
+    assert fast == reference
+
+
+def test_a_line_between_two_runs_of_channel_lines_is_read_in_its_place() -> None:
+    # NCCL 2.27.5 prints the rings' channels, "Connected all rings" (generic.cc:31), the
+    # trees' channels and "Connected all trees" (generic.cc:50); here every channel goes
+    # through P2P (src/transport/p2p.cc) and the log ends before the trees are connected, so
+    # that "Connected all rings" is the one sign of progress after the return trace before it
+    # (checks.h "%s:%d -> %d"): read as a channel line, it would leave that trace the failure
+    # of the process
+    own = head(0, 300000, 0)
+    ring = [own + f"Channel {c:02d}/0 : 0[0] -> 1[1] via P2P/CUMEM/read" for c in range(4)]
+    tree = [own + f"Channel {c:02d}/0 : 0[0] -> 1[1] via P2P/CUMEM/read" for c in range(4, 8)]
+    text = "\n".join([*setup(0, 300000, 0, 0), own + "init.cc:1234 -> 3", *ring,
+                      own + _AFTER[0], *tree]) + "\n"
+    with small(65536, 8, 8):
+        fast, reference = both(text)
+    assert fast == reference
+    assert fast.ranks[0].failure is None
+
+
 # Messages of one process whose order decides something: NCCL's return trace (NCCLCHECK in
 # src/include/checks.h prints "%s:%d -> %d"; the first is a real line of the 2.27 capture; 7 is
 # ncclInProgress), progress marks (the capture's "Using network IB", a channel line of NCCL

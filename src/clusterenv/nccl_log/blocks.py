@@ -12,12 +12,13 @@ so that the result is the same as reading line by line (a test compares the two)
   held until thousands are, then run once per distinct line where that is the same as running
   each (a job stuck printing the same warning, trace and channel line again and again).
 - While they do not (a job of thousands of processes, each line with its own host, pid and
-  ranks), the channel lines (``Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0/GDRDMA``,
-  most of a large job's lines) are set apart. Between two lines that change something, those of
-  one process through one device are counted in bulk on their joined text, after counts of
-  the same text prove that each is an ordinary channel line read as :meth:`line` reads it (one
-  marker, one ``via NET/`` at its end); any other run is read line by line. A line whose
-  message states nothing (most setup lines) is counted without touching any process.
+  ranks), consecutive lines of one process (a row: each starts with the same ``host:pid:tid
+  [dev] NCCL INFO ``, proven by one count on their joined text) are read together: the
+  messages that state nothing (most setup lines) are looked up in C and only counted, and the
+  channel lines (``Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0/GDRDMA``, most of a
+  large job's lines) are counted in bulk on the row's text, after counts of that text prove
+  that each is an ordinary channel line read as :meth:`line` reads it (one marker, one ``via
+  NET/`` at its end). Any other line is read on its own.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from itertools import compress, repeat
-from operator import contains, itemgetter
+from operator import itemgetter
 from typing import IO, Any
 
 from clusterenv.nccl_log.lines import find_marker
@@ -38,9 +39,6 @@ __all__ = ["BLOCK", "BlockParser", "blocks", "parse_stream"]
 #: Characters read at a time from a file; the lines in them are a block (small enough for the
 #: processor's cache, and no longer than a line is read).
 BLOCK = MAX_LINE
-# What every channel line holds once, right after its marker (matched with the space before
-# it, so that a marker at the very start of a line goes the way of any other line).
-_CHANNEL = " NCCL INFO Chan"
 # The longest ``via NET/...`` text a channel line is read by (parse._Parser.channel).
 _TAIL = 120
 # Consecutive lines of one process from which they are read together.
@@ -54,11 +52,11 @@ class BlockParser(_Parser):
 
     def __init__(self) -> None:
         super().__init__()
-        # the block being read while the line cache is off: its lines, the number of the first,
-        # and where the channel lines not read yet are (from, to)
+        # the block being read while the line cache is off: its lines, the number of the first;
+        # the length of the last row of one process's lines (where the next is looked for)
         self._block: list[str] = []
         self._base = 0
-        self._pending: list[tuple[int, int]] = []
+        self._guess = _ROW
         # lines seen before, held to be run once per distinct line (_hold): their text, number
         # and actions; the actions that can be (_bulk), and those among them that mark progress
         self._held_numbers: list[int] = []
@@ -145,9 +143,14 @@ class BlockParser(_Parser):
     def _hold(self, block: list[str], known: list[Any], actions: list[Any], base: int) -> None:
         """Hold the lines of ``block`` with actions (``actions``, all of lines seen before)
         until enough are held to be run once per distinct line (:meth:`_release`)."""
-        self.matched += len(actions) + known.count(())
+        lines = range(base, base + len(block))
+        if len(actions) == len(block):  # every line has actions (a job stuck in a loop)
+            self.matched += len(actions)
+            self._held_numbers += lines
+        else:
+            self.matched += len(actions) + known.count(())
+            self._held_numbers += compress(lines, known)
         if actions:
-            self._held_numbers += compress(range(base, base + len(block)), known)
             self._held_actions += actions
             if len(self._held_actions) >= _HOLD:
                 self._release()
@@ -257,50 +260,137 @@ class BlockParser(_Parser):
         """Read a plain ``block`` (numbered from ``base``) with the line cache off; returns how
         many lines were recognised.
 
-        The lines but the channel lines are read in order: those of one process in a row
-        together (:meth:`_together`), any other on its own (:meth:`_alone`). A line whose
-        message states nothing changes nothing, so the channel lines between two lines that
-        change something are read when the second comes (:meth:`_channels`)."""
+        Consecutive lines of one process (a row: each starts with the same ``host:pid:tid [dev]
+        NCCL INFO ``) are read together (:meth:`_row`); any other line on its own
+        (:meth:`_alone`). A row is found on the joined text of as many lines as the last row
+        had: one count proves that each starts with the prefix of the first."""
         self._block, self._base = block, base
-        matched = start = 0
+        matched = index = 0
         count = len(block)
-        # the block as rows of consecutive channel lines and rows of other lines: a byte per
-        # line (1 for a channel line), whose runs bytes.find walks in C
-        kinds = bytes(map(contains, block, repeat(_CHANNEL)))
-        channels = kinds[:1] == b"\x01"
-        while start < count:
-            end = kinds.find(b"\x00" if channels else b"\x01", start)
-            if end < 0:
-                end = count
-            if channels:
-                self._pending.append((start, end))
-            else:
-                matched += self._others(start, end)
-            start, channels = end, not channels
-        return matched + self._flush()
-
-    def _others(self, start: int, end: int) -> int:
-        """Read ``block[start:end]``, lines that are not channel lines."""
-        block = self._block
-        matched = 0
-        index = start
-        while index < end:
+        guess = self._guess
+        while index < count:
             line = block[index]
             pos = line.find("NCCL ")
-            if (end - index >= _ROW and pos > 0 and line[pos - 1] == " "
+            if (count - index >= _ROW and pos > 0 and line[pos - 1] == " "
                     and line.startswith("INFO ", pos + 5)):
                 prefix = line[: pos + 10]  # "host:pid:tid [dev] NCCL INFO "
                 if all(map(str.startswith, block[index + 1 : index + _ROW], repeat(prefix))):
-                    rest = block[index:end]
-                    if "\n".join(rest).count("\n" + prefix) != len(rest) - 1:
-                        same = list(map(str.startswith, rest, repeat(prefix)))
-                        rest = rest[: same.index(False)]
-                    matched += self._together(rest, prefix, index)
-                    index += len(rest)
+                    end, text = self._row_end(block, index, prefix, guess)
+                    if index and end < count:  # a whole row: the next is looked for as long
+                        guess = max(_ROW, end - index)
+                    matched += self._row(block[index:end], prefix, index, text)
+                    index = end
                     continue
             matched += self._alone(line, index)
             index += 1
+        self._guess = guess
         return matched
+
+    @staticmethod
+    def _row_end(block: list[str], index: int, prefix: str, guess: int) -> tuple[int, str]:
+        """Where the lines from ``block[index]`` that start with ``prefix`` end, tried first
+        at ``guess`` lines, then at twice as many at a time; and the text of those lines,
+        joined by newlines (one count of ``"\\n" + prefix`` in it proves that each starts
+        with the prefix)."""
+        count, step = len(block), guess
+        after = "\n" + prefix
+        end = index
+        texts = []
+        while end < count:
+            rest = block[end : end + step]
+            text = "\n".join(rest)
+            if text.count(after) != len(rest) - 1 or not rest[0].startswith(prefix):
+                same = list(map(str.startswith, rest, repeat(prefix)))
+                rest = rest[: same.index(False)]
+                end += len(rest)
+                if rest:
+                    texts.append("\n".join(rest))
+                break
+            texts.append(text)
+            end += len(rest)
+            if end >= count or not block[end].startswith(prefix):
+                break
+            step *= 2
+        return end, texts[0] if len(texts) == 1 else "\n".join(texts)
+
+    def _row(self, lines: list[str], prefix: str, index: int, text: str) -> int:
+        """Read a row: consecutive lines of one process (``block[index:]``, each starting with
+        ``prefix``; ``text``, joined by newlines).
+
+        Its channel lines (starting ``prefix + "Chan"``) are most of a large job's lines. When
+        they are one run, counts on the joined text find it (:meth:`_channel_run`) and the
+        lines around it are read together (:meth:`_together`); otherwise each run of channel
+        lines and of other lines is read as it comes."""
+        chan = prefix + "Chan"
+        first = text.find(chan)
+        if first < 0:
+            return self._together(lines, prefix, index)
+        count = len(lines)
+        last = text.rfind(chan)
+        start = text.count("\n", 0, first)
+        stop = count - text.count("\n", last)  # after the line of the last
+        end = text.find("\n", last)
+        end = len(text) if end < 0 else end
+        # The lines from the first to the last are the channel lines, one run, when the first
+        # starts a line and each line of the span holds one "NCCL ", that of "NCCL INFO Chan"
+        # (a second, or the text of one inside another line, would add to the count).
+        if ((not first or text[first - 1] == "\n") and "via NET/" not in prefix
+                and text.count("NCCL ", first, end) == stop - start
+                and text.count("NCCL INFO Chan", first, end) == stop - start):
+            matched = self._together(lines[:start], prefix, index) if start else 0
+            matched += self._channel_run(text, first, end, lines, prefix, index, start, stop)
+            if stop < count:
+                matched += self._together(lines[stop:], prefix, index + stop)
+            return matched
+        kinds = bytes(map(str.startswith, lines, repeat(chan)))
+        matched = at = 0
+        channels = kinds[:1] == b"\x01"
+        while at < count:
+            end = kinds.find(b"\x00" if channels else b"\x01", at)
+            if end < 0:
+                end = count
+            if channels:
+                matched += self._channels(lines[at:end], self._base + index + at)
+            else:
+                matched += self._together(lines[at:end], prefix, index + at)
+            at, channels = end, not channels
+        return matched
+
+    def _channel_run(self, text: str, lo: int, hi: int,  # noqa: PLR0917
+                     lines: list[str], prefix: str, index: int, start: int, stop: int) -> int:
+        """Read the channel lines ``lines[start:stop]`` of a row (``block[index:]``, joined in
+        ``text``, the run at ``text[lo:hi]``; none holds a second ``NCCL ``), as :meth:`line`
+        reads each: counts of the run's text prove that every ``via NET/`` ends
+        its line with the same text and every ``[send]`` comes right before it; otherwise they
+        are read by :meth:`_channels`. Returns how many lines were recognised."""
+        nets = text.count("via NET/", lo, hi)
+        if not nets:
+            return stop - start  # through P2P or shared memory: nothing to keep
+        at = text.find("via NET/", lo, hi)
+        end = text.find("\n", at, hi)
+        tail = text[at:hi] if end < 0 else text[at:end]
+        sends = text.count("[send] via NET/", lo, hi)
+        if (len(tail) > _TAIL
+                or text.count(tail + "\n", lo, hi) + text.endswith(tail, lo, hi) != nets
+                or text.count("[send]", lo, hi) != sends):
+            return self._channels(lines[start:stop], self._base + index + start)
+        fact = self.tail_fact(tail)
+        if fact is None:
+            return stop - start
+        base = self._base + index + start
+        proc = self.by_head.get(prefix[:-10]) or self._proc(prefix[:-10])
+        if not proc.first_line:
+            proc.first_line = base + text.count("\n", lo, at)
+        # the last line through the network: the run's last, or found from the end
+        after = text.rfind("\n", lo, hi)
+        last = text.rfind("via NET/", lo, hi)
+        number = base + stop - start - 1 if last > after else base + text.count("\n", lo, last)
+        _, network, device, _, gdr = fact
+        if nets > sends:
+            self.channels(proc, (network, device), True, gdr, nets - sends, number)
+        if sends:
+            self.channels(proc, (network, device), False, gdr, sends, number)
+        return stop - start
 
     def _alone(self, line: str, index: int) -> int:
         """Read one line (what :meth:`line` does, inline for a line of one INFO message)."""
@@ -314,16 +404,14 @@ class BlockParser(_Parser):
             if fact is MISSING:
                 fact = self._fact(msg)
             if fact is None:
-                return 1  # states nothing: the channel lines around it read together
-            matched = self._flush() + 1 if self._pending else 1
+                return 1
             head = line[:pos]
             proc = self.by_head.get(head) or self._proc(head)
             if not proc.first_line:
                 proc.first_line = number
             self.ops[fact[0]](proc, msg, number, fact)
-            return matched
-        matched = self._flush() if self._pending else 0
-        return matched + self.line(line, number)
+            return 1
+        return self.line(line, number)
 
     def _together(self, lines: list[str], prefix: str, index: int) -> int:
         """Read consecutive lines of one process (``block[index:]``, each starting with
@@ -336,8 +424,6 @@ class BlockParser(_Parser):
         messages = list(map(itemgetter(slice(len(prefix), None)), lines))
         found: list[Any] = list(map(self.facts.get, messages, repeat(MISSING)))
         matched = 0
-        if self._pending:
-            matched += self._flush()  # what they change comes before these lines
         head, ops, facts, base = prefix[:-10], self.ops, self.facts, self._base + index
         proc = None
         for at in compress(range(count), found):
@@ -359,14 +445,6 @@ class BlockParser(_Parser):
                     proc.first_line = base + at
             ops[fact[0]](proc, messages[at], base + at, fact)
         return matched + count
-
-    def _flush(self) -> int:
-        """Read the channel lines not read yet; returns how many were recognised."""
-        matched = 0
-        for start, end in self._pending:
-            matched += self._channels(self._block[start:end], self._base + start)
-        self._pending.clear()
-        return matched
 
     def _channels(self, run: list[str], base: int) -> int:
         """Read consecutive channel lines (``run``, numbered from ``base``) that no other line

@@ -290,7 +290,10 @@ def _dmabuf(msg: str) -> Fact | None:
 
 
 def _comm(msg: str) -> Fact | None:
-    ranks = _COMM.search(msg) if "anks " in msg else None  # (each searched only where it can be)
+    # each searched only where it can be, from the first "rank " (the expression starts with
+    # \b: it has no fixed text to be looked for by)
+    at = msg.find("rank ") if "anks " in msg else -1
+    ranks = _COMM.search(msg, at) if at >= 0 else None
     nodes = _NNODES.search(msg) if "nNodes " in msg else None
     alone = None if ranks or "anks" not in msg else _NRANKS.search(msg)  # NCCL 2.4: no "rank N"
     if ranks is None and nodes is None and alone is None:
