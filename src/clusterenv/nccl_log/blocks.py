@@ -108,16 +108,20 @@ class BlockParser(_Parser):
         later, once per distinct line; any other block is read line by line, after what is
         held."""
         block = lines[start:] if start else lines
-        get = self.by_line.get
-        # False: nothing recognised; (): recognised, nothing to run again (both false, so that
-        # compress() skips them); a tuple of actions, or MISSING: the loop below
-        known = list(map(get, block, repeat(MISSING)))
         base = first + start
-        held = list(compress(known, known))
-        if MISSING not in held:
-            self._hold(block, known, held, base)
+        # False: nothing recognised; (): recognised, nothing to run again (both false, so that
+        # compress() skips them); a tuple of actions. A line not seen before stops the lookups
+        # (KeyError): the loop below reads the block.
+        try:
+            known = list(map(self.by_line.__getitem__, block))
+        except KeyError:
+            pass
+        else:
+            self._hold(block, known, list(compress(known, known)), base)
             return start + len(block)
         self._release()
+        get = self.by_line.get
+        known = list(map(get, block, repeat(MISSING)))
         changes = self.cache_changes
         stop = len(block)
         matched = 0
