@@ -14,7 +14,8 @@ import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
+from typing import cast
 
 from clusterenv.findings import Code, Finding, Severity
 from clusterenv.nccl_log.model import RankInfo, SocketEndpoint, parse_ip
@@ -147,6 +148,7 @@ def _subnet(address: str | None) -> str | None:
     return str(ipaddress.ip_network(f"{ip}/64", strict=False))
 
 
+@lru_cache(maxsize=256)
 def _driver(value: str | None) -> str | None:
     if not value or not value.isdigit():
         return value
@@ -166,6 +168,12 @@ def process_facts(rank: RankInfo, *, driver: str | None = None, plugin_error: st
     )
 
 
+# The names of a fact table, in its order (what fact_table states).
+_TABLE = ("NCCL version", "CUDA driver", "net plugin", "network", "channel transports",
+          "bootstrap interface", "bootstrap subnet", "OOB interface", "OOB subnet", "link layer",
+          "RDMA devices")
+
+
 def fact_table(*, version: str | None, driver: str | None, plugin: str | None,
                plugin_error: str | None, plugin_rejected: str | None, transport: str | None,
                channel_devices: tuple[tuple[str, int], ...], bootstrap_interface: str | None,
@@ -174,22 +182,22 @@ def fact_table(*, version: str | None, driver: str | None, plugin: str | None,
     """:func:`process_facts` from the fields of a process, before its
     :class:`~clusterenv.nccl_log.model.RankInfo` is made (the parser builds one per process)."""
     link, count = _device_facts(devices)
-    facts: dict[str, str | None] = {
-        "NCCL version": version,
-        "CUDA driver": _driver(driver),
-        "net plugin": (plugin if plugin else
-                       f"not loaded: {plugin_error}" if plugin_error else
-                       f"rejected: {plugin_rejected}" if plugin_rejected else None),
-        "network": transport,
-        "channel transports": _networks(channel_devices),
-        "bootstrap interface": bootstrap_interface,
-        "bootstrap subnet": _subnet(bootstrap_address),
-        "OOB interface": oob.interface if oob else None,
-        "OOB subnet": _subnet(oob.address) if oob else None,
-        "link layer": link,
-        "RDMA devices": count,
-    }
-    return {name: value for name, value in facts.items() if value}
+    values = (
+        version,
+        _driver(driver),
+        (plugin if plugin else f"not loaded: {plugin_error}" if plugin_error else
+         f"rejected: {plugin_rejected}" if plugin_rejected else None),
+        transport,
+        _networks(channel_devices),
+        bootstrap_interface,
+        _subnet(bootstrap_address),
+        oob.interface if oob else None,
+        _subnet(oob.address) if oob else None,
+        link,
+        count,
+    )
+    # the facts stated (no None left), in their order: a table per process, built in C
+    return cast("dict[str, str]", dict(compress(zip(_TABLE, values, strict=True), values)))
 
 
 # The processes of a job list the same devices and channels: each table is worked out once.
