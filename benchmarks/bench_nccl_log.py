@@ -31,8 +31,9 @@ Memory: a file of ``--no-newline-mb`` (default 1000) MB without a newline is par
 process whose peak RSS is printed next to that of a child that only imports clusterenv; goal
 under 200 MB more than the import alone.
 
-Exit 1 when any goal is missed, but for a goal not reached yet (``BOUNDS``: ``unique``, whose
-goal is 10x and which stands near 15x, and ``loop``, near 5x): that one fails only past its
+Exit 1 when any goal is missed, but for a goal not reached yet or not reached on every
+machine (``BOUNDS``: ``unique``, whose goal is 10x and which stands near 15x, and ``loop``,
+4.0-4.3x on a quiet 2-core machine and up to 5.5x on a busy one): that one fails only past its
 bound (a regression) and otherwise exits 3, the miss printed. ``python -m benchmarks --quick``
 runs smaller files of the same shapes.
 
@@ -62,7 +63,7 @@ GOALS = {"repeated": 5.0, "unique": 10.0, "loop": 5.0}
 # A goal not reached yet keeps a bound that fails the run: the ratio reached so far with room
 # for a busier machine, so that the work done is guarded from regressions while the miss stays
 # printed (exit 3, which ``python -m benchmarks`` reports as an open goal).
-BOUNDS = {"unique": 20.0, "loop": 10.0}
+BOUNDS = {"unique": 20.0, "loop": 7.0}
 OPEN = 3
 GOAL_LINEAR = 1.3
 GOAL_EXTRA_RSS_MB = 200.0
