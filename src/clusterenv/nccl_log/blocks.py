@@ -185,11 +185,10 @@ class BlockParser(_Parser):
         """
         # a line's actions are one tuple, the same object each time it comes: its id stands
         # for the line
-        keys = list(map(id, actions))
-        times = Counter(keys)
-        if len(times) * 2 > len(keys):
+        times = Counter(map(id, actions))
+        if len(times) * 2 > len(actions):
             return False  # lines repeat too little for this to pay
-        at = dict(zip(keys, range(len(keys)), strict=True))  # where each line comes last
+        at = self._last(actions, len(times))  # where each line comes last
         steps_of = {key: actions[index] for key, index in at.items()}
         safe, trace = self._bulk_ops, self._op_trace
         traced: dict[Process, None] = {}  # with a trace that may start a chain
@@ -205,14 +204,27 @@ class BlockParser(_Parser):
             for op, proc, msg, fact in steps_of[key]:
                 op(proc, msg, number, fact, n)
         if before:
-            self._chains(keys, numbers, steps_of, before)
+            self._chains(actions, numbers, steps_of, before)
         return True
 
-    def _chains(self, keys: list[int], numbers: list[int], steps_of: dict[int, Any],
+    @staticmethod
+    def _last(actions: list[Any], distinct: int) -> dict[int, int]:
+        """Where each of the ``distinct`` lines among ``actions`` (by the id of its actions)
+        comes last: read from the end, where a loop's lines all are, or else from every
+        entry."""
+        at: dict[int, int] = {}
+        for index in range(len(actions) - 1, max(-1, len(actions) - 1 - 4 * distinct), -1):
+            at.setdefault(id(actions[index]), index)
+            if len(at) == distinct:
+                return at
+        return dict(zip(map(id, actions), range(len(actions)), strict=True))
+
+    def _chains(self, actions: list[Any], numbers: list[int], steps_of: dict[int, Any],
                 before: dict[Process, tuple[str | None, int, int]]) -> None:
         """Set the return chain, last trace and its code of each process of ``before`` (its
         chain, trace line and progress line before these lines were run) as running the lines
-        (``keys``, at lines ``numbers``, their actions ``steps_of[key]``) in order would have.
+        (their ``actions``, at lines ``numbers``; ``steps_of`` by the id of each) in order
+        would have.
 
         :meth:`_op_trace` starts a new chain at a trace that comes after progress, so the chain
         is the first trace after the last progress mark that precedes the last trace, or,
@@ -239,9 +251,9 @@ class BlockParser(_Parser):
         open_ = dict.fromkeys(before)
         last: dict[Process, tuple[int, str | None]] = {}
         first: dict[Process, str] = {}  # the earliest trace read so far, of each process
-        backwards = range(len(keys) - 1, -1, -1)
-        for at in compress(backwards, map(events.__contains__, reversed(keys))):
-            for proc, chain, code in events[keys[at]]:
+        backwards = range(len(actions) - 1, -1, -1)
+        for at in compress(backwards, map(events.__contains__, map(id, reversed(actions)))):
+            for proc, chain, code in events[id(actions[at])]:
                 if proc not in open_:
                     continue
                 if chain is not None:
