@@ -278,8 +278,7 @@ class BlockParser(_Parser):
 
         Consecutive lines of one process (a row: each starts with the same ``host:pid:tid [dev]
         NCCL INFO ``) are read together (:meth:`_row`); any other line on its own
-        (:meth:`_alone`). A row is found on the joined text of as many lines as the last row
-        had: one count proves that each starts with the prefix of the first."""
+        (:meth:`_alone`). A row is looked for as long as the last one (:meth:`_row_end`)."""
         self._block, self._base = block, base
         matched = index = 0
         count = len(block)
@@ -291,10 +290,10 @@ class BlockParser(_Parser):
                     and line.startswith("INFO ", pos + 5)):
                 prefix = line[: pos + 10]  # "host:pid:tid [dev] NCCL INFO "
                 if all(map(str.startswith, block[index + 1 : index + _ROW], repeat(prefix))):
-                    end, text = self._row_end(block, index, prefix, guess)
+                    end = self._row_end(block, index, prefix, guess)
                     if index and end < count:  # a whole row: the next is looked for as long
                         guess = max(_ROW, end - index)
-                    matched += self._row(block[index:end], prefix, index, text)
+                    matched += self._row(block[index:end], prefix, index)
                     index = end
                     continue
             matched += self._alone(line, index)
@@ -303,61 +302,59 @@ class BlockParser(_Parser):
         return matched
 
     @staticmethod
-    def _row_end(block: list[str], index: int, prefix: str, guess: int) -> tuple[int, str]:
+    def _row_end(block: list[str], index: int, prefix: str, guess: int) -> int:
         """Where the lines from ``block[index]`` that start with ``prefix`` end, tried first
-        at ``guess`` lines, then at twice as many at a time; and the text of those lines,
-        joined by newlines (one count of ``"\\n" + prefix`` in it proves that each starts
-        with the prefix)."""
+        at ``guess`` lines, then at twice as many at a time.
+
+        Lines that start with the same text are next to each other in sorted order: when the
+        least and the greatest of some lines start with ``prefix``, all of them do (two passes
+        of comparisons in C, each stopping a few characters past the prefix)."""
         count, step = len(block), guess
-        after = "\n" + prefix
         end = index
-        texts = []
         while end < count:
             rest = block[end : end + step]
-            text = "\n".join(rest)
-            if text.count(after) != len(rest) - 1 or not rest[0].startswith(prefix):
+            if not (min(rest).startswith(prefix) and max(rest).startswith(prefix)):
                 same = list(map(str.startswith, rest, repeat(prefix)))
-                rest = rest[: same.index(False)]
-                end += len(rest)
-                if rest:
-                    texts.append("\n".join(rest))
-                break
-            texts.append(text)
+                return end + same.index(False)
             end += len(rest)
             if end >= count or not block[end].startswith(prefix):
-                break
+                return end
             step *= 2
-        return end, texts[0] if len(texts) == 1 else "\n".join(texts)
+        return end
 
-    def _row(self, lines: list[str], prefix: str, index: int, text: str) -> int:
+    def _row(self, lines: list[str], prefix: str, index: int) -> int:
         """Read a row: consecutive lines of one process (``block[index:]``, each starting with
-        ``prefix``; ``text``, joined by newlines).
+        ``prefix``).
 
         Its channel lines (starting ``prefix + "Chan"``) are most of a large job's lines. When
-        they are one run, counts on the joined text find it (:meth:`_channel_run`) and the
-        lines around it are read together (:meth:`_together`); otherwise each run of channel
-        lines and of other lines is read as it comes."""
+        they are one run, counts on the row's joined text read it (:meth:`_channel_run`) and
+        the lines around it are read together (:meth:`_together`); otherwise each run of
+        channel lines and of other lines is read as it comes."""
         chan = prefix + "Chan"
+        text = "\n".join(lines)
         first = text.find(chan)
         if first < 0:
             return self._together(lines, prefix, index)
         count = len(lines)
-        last = text.rfind(chan)
-        start = text.count("\n", 0, first)
-        stop = count - text.count("\n", last)  # after the line of the last
-        end = text.find("\n", last)
-        end = len(text) if end < 0 else end
-        # The lines from the first to the last are the channel lines, one run, when the first
-        # starts a line and each line of the span holds one "NCCL ", that of "NCCL INFO Chan"
-        # (a second, or the text of one inside another line, would add to the count).
-        if ((not first or text[first - 1] == "\n") and "via NET/" not in prefix
-                and text.count("NCCL ", first, end) == stop - start
-                and text.count("NCCL INFO Chan", first, end) == stop - start):
-            matched = self._together(lines[:start], prefix, index) if start else 0
-            matched += self._channel_run(text, first, end, lines, prefix, index, start, stop)
-            if stop < count:
-                matched += self._together(lines[stop:], prefix, index + stop)
-            return matched
+        if (not first or text[first - 1] == "\n") and "via NET/" not in prefix:
+            # the first channel line, and the line after the last text of one
+            eol = text.find("\n", first)
+            start = lines.index(text[first:] if eol < 0 else text[first:eol])
+            last = text.rfind(chan)
+            stop = count - text.count("\n", last)
+            end = text.find("\n", last)
+            end = len(text) if end < 0 else end
+            # The lines from the first to the last are the channel lines, one run, when each
+            # holds one "NCCL ", that of "NCCL INFO Chan" (a second, or the text of one inside
+            # another line, would add to the count).
+            if (text.count("NCCL ", first, end) == stop - start
+                    and text.count("NCCL INFO Chan", first, end) == stop - start):
+                matched = self._together(lines[:start], prefix, index) if start else 0
+                matched += self._channel_run(text, first, end, lines, prefix, index, start,
+                                             stop)
+                if stop < count:
+                    matched += self._together(lines[stop:], prefix, index + stop)
+                return matched
         kinds = bytes(map(str.startswith, lines, repeat(chan)))
         matched = at = 0
         channels = kinds[:1] == b"\x01"
