@@ -13,7 +13,7 @@ so that the result is the same as reading line by line (a test compares the two)
   each (a job stuck printing the same warning, trace and channel line again and again).
 - While they do not (a job of thousands of processes, each line with its own host, pid and
   ranks), consecutive lines of one process (a row: each starts with the same ``host:pid:tid
-  [dev] NCCL INFO ``, proven by one count on their joined text) are read together: the
+  [dev] NCCL INFO ``, proven by the least and the greatest of them) are read together: the
   messages that state nothing (most setup lines) are looked up in C and only counted, and the
   channel lines (``Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0/GDRDMA``, most of a
   large job's lines) are counted in bulk on the row's text, after counts of that text prove

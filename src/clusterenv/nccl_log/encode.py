@@ -54,27 +54,20 @@ def ranks_json(ranks: Sequence[RankInfo]) -> tuple[str, frozenset[str]]:
         if r.socket_interfaces or r.oob is not None:
             keys.update(_ENDPOINT_KEYS)
         keys.update(r.env, r.facts)
-        # an int is written by its str() (what json writes), without a call
-        pid, device, rank, nranks = r.pid, r.cuda_device, r.rank, r.nranks
-        net, gdr, first, failed = r.net_channels, r.gdr_channels, r.first_line, r.failure_line
         parts.append(
-            f'{{"host":{string[r.host]},"pid":{pid if type(pid) is int else _number(pid)},'
-            f'"cuda_device":{device if type(device) is int else _number(device)},'
-            f'"rank":{rank if type(rank) is int else _number(rank)},'
-            f'"nranks":{nranks if type(nranks) is int else _number(nranks)},'
-            f'"version":{string[r.version]},'
+            f'{{"host":{string[r.host]},"pid":{_number(r.pid)},'
+            f'"cuda_device":{_number(r.cuda_device)},"rank":{_number(r.rank)},'
+            f'"nranks":{_number(r.nranks)},"version":{string[r.version]},'
             f'"bootstrap_interface":{string[r.bootstrap_interface]},'
             f'"bootstrap_address":{string[r.bootstrap_address]},'
             f'"socket_interfaces":{endpoints[r.socket_interfaces]},"oob":{endpoint[r.oob]},'
             f'"transport":{string[r.transport]},"devices":{lists[r.devices]},'
-            f'"plugin":{string[r.plugin]},'
-            f'"net_channels":{net if type(net) is int else _number(net)},'
-            f'"gdr_channels":{gdr if type(gdr) is int else _number(gdr)},'
-            f'"env":{tables[tuple(r.env.items())]},'
-            f'"first_line":{first if type(first) is int else _number(first)},'
+            f'"plugin":{string[r.plugin]},"net_channels":{_number(r.net_channels)},'
+            f'"gdr_channels":{_number(r.gdr_channels)},"env":{tables[tuple(r.env.items())]},'
+            f'"first_line":{_number(r.first_line)},'
             f'"channel_devices":{pairs[r.channel_devices]},'
-            f'"facts":{tables[tuple(r.facts.items())]},"failure":{string[r.failure]},'
-            f'"failure_line":{failed if type(failed) is int else _number(failed)}}}'
+            f'"facts":{tables[tuple(r.facts.items())]},'
+            f'"failure":{string[r.failure]},"failure_line":{_number(r.failure_line)}}}'
         )
     return "[" + ",".join(parts) + "]", frozenset(keys)
 
