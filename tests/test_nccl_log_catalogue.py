@@ -26,7 +26,13 @@ TOOLS = ROOT / "tools"
 DATA = json.loads((ROOT / "src" / "clusterenv" / "nccl_log" / "messages.json").read_text())
 sys.path.insert(0, str(TOOLS))
 
-from c_source import format_string, format_to_regex, log_calls, strip_comments  # noqa: E402
+from c_source import (  # noqa: E402
+    format_string,
+    format_to_regex,
+    log_calls,
+    result_names,
+    strip_comments,
+)
 
 # A value each conversion prints, for rendering a format as NCCL would.
 _SAMPLE = {"d": "12", "i": "12", "u": "7", "x": "1f", "X": "1F", "o": "17", "p": "0x7f3a2c",
@@ -139,6 +145,61 @@ def test_log_calls_read_the_format_and_what_follows() -> None:
     ]
     assert strip_comments("a // b\nc /* d\ne */ f").splitlines() == ["a     ", "c     ", "     f"]
     assert format_string('"a" "b\\n"') == "ab\n" and format_string("cond ? x : y") is None
+
+
+# The idioms that follow a WARN in NCCL's source, each as a release prints it.
+RESULTS_SOURCE = r'''
+static ncclResult_t initTransportsRank(struct ncclComm* comm) {
+  for (int i = 0; i < nranks; i++) {
+    if ((i != rank) && (comm->peerInfo[i].busId == comm->peerInfo[rank].busId)) {
+      WARN("Duplicate GPU detected : rank %d and rank %d both on CUDA device %lx", rank, i, b);
+      ret = ncclInvalidUsage;
+      goto fail;
+    }
+  }
+  if (type != sock->type) {
+    WARN("socketFinalizeAccept from %s: wrong type %d != %d", s, type, sock->type);
+    sock->state = ncclSocketStateError;
+    close(sock->fd);
+    return ncclInternalError;
+  }
+  if (plugin == NULL) {
+    WARN("External network plugin %s is unsupported", name);
+    goto fail;
+  }
+}
+'''
+
+
+def test_what_follows_a_call_is_read_with_the_results_the_header_declares() -> None:
+    # src/nccl.h.in's enum (v2.27.5-1), comments and all
+    header = """/* Error type */
+typedef enum { ncclSuccess                 =  0,
+               ncclUnhandledCudaError      =  1,
+               ncclInvalidUsage            =  5,  /* the application's fault */
+               ncclNumResults              =  8 } ncclResult_t;"""
+    results = result_names(header)
+    assert results == {"ncclSuccess", "ncclUnhandledCudaError", "ncclInvalidUsage"}
+    calls = list(log_calls(RESULTS_SOURCE, {"WARN": 0}, results | {"ncclInternalError"}))
+    assert [c.returns for c in calls] == [
+        # src/init.cc:737-739 (v2.27.5-1): the result is assigned, then the jump
+        "ncclInvalidUsage",
+        # src/misc/socket.cc:533-537 (v2.27.5-1): a socket state is not a result
+        "ncclInternalError",
+        # a jump with nothing assigned returns what was set before: unknown, not "continues"
+        "",
+    ]
+    assert result_names("typedef enum { a, b } other_t;") == frozenset()
+
+
+def test_the_catalogue_knows_which_warnings_fail_the_call() -> None:
+    # src/init.cc:737 (v2.27.5-1) assigns ncclInvalidUsage and jumps to its exit
+    duplicate = lookup_message(
+        "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000")
+    assert duplicate is not None and duplicate.fails
+    # src/misc/socket.cc:533 (v2.27.5-1) returns ncclInternalError, after setting a state
+    wrong_type = lookup_message("socketFinalizeAccept from 10.0.0.2<41234>: wrong type 3 != 4")
+    assert wrong_type is not None and wrong_type.returns == "ncclInternalError"
 
 
 @pytest.mark.parametrize(("fmt", "text"), [

@@ -321,6 +321,26 @@ def test_cuda_ipc_failure_leads_over_the_frameworks_error() -> None:
     assert any("follows from the first failure" in e for e in findings[1].evidence)
 
 
+def test_a_warning_that_fails_the_call_leads_over_the_chain_it_starts(tmp_path: Path) -> None:
+    # src/init.cc:737 (v2.27.5-1): WARN, `ret = ncclInvalidUsage; goto fail;`; the callers'
+    # traces (src/include/checks.h "%s:%d -> %d") carry the 5 up
+    lines = [
+        info("NCCL version 2.27.5+cuda12.9"),
+        warn("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000",
+             "init.cc:737"),
+        info("init.cc:1395 -> 5"),
+        info("init.cc:1888 -> 5"),
+    ]
+    code, data = cli(tmp_path, lines)
+    assert code == 1
+    findings = findings_of(lines)
+    assert (findings[0].code, findings[0].severity) == ("log-nccl-message", "error")
+    assert "own GPU" in findings[0].fix and "local_rank" in findings[0].fix
+    assert data["cause"]["code"] == "log-nccl-message"  # type: ignore[index]
+    chain = only(findings, "log-nccl-error")
+    assert any("follows from the first failure" in e for e in chain.evidence)
+
+
 def test_a_fatal_condition_printed_at_info_is_read() -> None:
     # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
     lines = [info("NCCL version 2.25.1+cuda12.8"),

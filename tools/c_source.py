@@ -10,7 +10,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["LogCall", "format_to_regex", "literal_length", "log_calls", "strip_comments"]
+__all__ = [
+    "LogCall", "format_to_regex", "literal_length", "log_calls", "result_names", "strip_comments",
+]
 
 _SPECIAL = re.compile(r"[\"'/]")
 # the <inttypes.h> macros that format strings concatenate ("%" PRIu64): their expansion on
@@ -159,14 +161,26 @@ class LogCall:
 
 
 _RESULT = re.compile(
-    r"\breturn\s+(nccl\w+)|\b\w+\s*=\s*(nccl(?:\w+Error|InProgress))\b|\breturn\s*;"
-    r"|\b(continue|break)\s*;|\breturn\s+([A-Za-z_]\w*)"
+    r"\breturn\s+(nccl\w+)|\b\w+\s*=\s*(nccl[A-Z]\w*)\s*;|\breturn\s*;"
+    r"|\b(continue|break)\s*;|\breturn\s+([A-Za-z_]\w*)|\b(goto)\s+\w+\s*;"
 )
+_RESULT_ENUM = re.compile(r"typedef\s+enum\s*\{([^}]*)\}\s*ncclResult_t\s*;")
 
 
-def _after(text: str, start: int, limit: int = 600) -> str:
-    """What the code does after a call: the first result it returns or assigns before its block
-    ends."""
+def result_names(header: str) -> frozenset[str]:
+    """The values of ``ncclResult_t`` that NCCL's header (``src/nccl.h.in``) declares, e.g.
+    ``ncclInvalidUsage``; empty when it declares none."""
+    match = _RESULT_ENUM.search(strip_comments(header))
+    if match is None:
+        return frozenset()
+    names = (item.split("=")[0].strip() for item in match.group(1).split(","))
+    return frozenset(name for name in names if name and name != "ncclNumResults")
+
+
+def _after(text: str, start: int, results: frozenset[str], limit: int = 600) -> str:
+    """What the code does after a call: the first result (one of ``results``) it returns or
+    assigns before its block ends; ``""`` when it jumps away first (``goto fail;`` returns
+    what was set before, which the text does not show)."""
     depth = 0
     end = min(len(text), start + limit)
     i = start
@@ -181,22 +195,26 @@ def _after(text: str, start: int, limit: int = 600) -> str:
         i += 1
     window = text[start:i]
     for match in _RESULT.finditer(window):
-        returned, assigned, loop, variable = match.group(1), match.group(2), match.group(3), \
-            match.group(4)
+        returned, assigned, loop, variable, jump = match.group(1, 2, 3, 4, 5)
+        if assigned and assigned not in results:
+            continue  # another enum's value (`info->protocol = ncclProtoLL;`)
         result = returned or assigned
         if result:
             return "continues" if result == "ncclSuccess" else result
         if loop:
             return "continues"
-        if variable:
-            return ""  # `return ret;`: the value is not in the text
+        if variable or jump:
+            return ""  # `return ret;`, `goto fail;`: the value is not in the text
         return "continues"  # `return;` from a void function
     return "continues" if i < end else ""
 
 
-def log_calls(text: str, macros: dict[str, int]) -> Iterator[LogCall]:
+def log_calls(text: str, macros: dict[str, int],
+              results: frozenset[str] = frozenset()) -> Iterator[LogCall]:
     """Every call of ``macros`` (name -> index of the format argument) in a source file whose
-    format is a string literal (calls with a computed format are skipped)."""
+    format is a string literal (calls with a computed format are skipped); what follows each is
+    read with ``results``, the values of the result type (:func:`result_names`): an assignment
+    of any other name is not a result."""
     code = strip_comments(text)
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, macros)) + r")\s*\(")
     for match in pattern.finditer(code):
@@ -214,7 +232,7 @@ def log_calls(text: str, macros: dict[str, int]) -> Iterator[LogCall]:
         if fmt is None:
             continue
         yield LogCall(match.group(1), code.count("\n", 0, match.start()) + 1, fmt,
-                      _after(code, end))
+                      _after(code, end, results))
 
 
 def first_line(fmt: str) -> str:

@@ -38,7 +38,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from c10d_messages import TORCH_MESSAGES, torch_library_strings
-from c_source import LogCall, first_line, format_to_regex, literal_length, log_calls
+from c_source import (
+    LogCall,
+    first_line,
+    format_to_regex,
+    literal_length,
+    log_calls,
+    result_names,
+)
 from git_tree import Repository
 from nccl_message_rules import CLASSES, classify, info_level, override_for
 
@@ -140,10 +147,26 @@ def _string_macros(repo: Repository, files: list[tuple[str, str]],
     return found
 
 
-def read_project(repo: Repository, project: Project,
-                 progress: Callable[[str], None]) -> tuple[list[str], dict[tuple[str, str], Entry]]:
-    """Every log call of ``project`` at each release: ``(releases, entries by (level, format))``."""
+def nccl_results(repo: Repository, tags: list[str]) -> frozenset[str]:
+    """Every value of ``ncclResult_t`` that NCCL's header (``src/nccl.h.in``) declares at any
+    of ``tags``: what a call can return after it logs."""
+    names: set[str] = set()
+    for tag in tags:
+        for path, blob in repo.files(tag, (".h.in",)):
+            if path == "src/nccl.h.in":
+                names |= result_names(repo.read(blob))
+    return frozenset(names)
+
+
+def read_project(repo: Repository, project: Project, progress: Callable[[str], None],
+                 results: frozenset[str] = frozenset(),
+                 ) -> tuple[list[str], dict[tuple[str, str], Entry]]:
+    """Every log call of ``project`` at each release: ``(releases, entries by (level, format))``;
+    ``results`` are the values of ``ncclResult_t`` (NCCL's own are read here when it is
+    NCCL)."""
     tags = releases(repo, project)
+    if project.name == "nccl":
+        results = results | nccl_results(repo, tags)
     macros = {name: spec[1] for name, spec in project.macros.items()}
     blobs: dict[str, list[LogCall]] = {}
     texts: dict[str, str] = {}
@@ -160,7 +183,7 @@ def read_project(repo: Repository, project: Project,
                 text = texts.pop(blob, None) or repo.read(blob)
                 for name, value in constants.items():  # string constants spelt out first
                     text = re.sub(rf"\b{name}\b(?=\s*\")", f'"{value}"', text)
-                calls = blobs[blob] = list(log_calls(text, macros))
+                calls = blobs[blob] = list(log_calls(text, macros, results))
             for call in calls:
                 level, _, before = project.macros[call.macro]
                 fmt = first_line(before + call.format)
@@ -336,12 +359,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reading {text}", file=sys.stderr, end="\r")
 
     read = []
+    results: frozenset[str] = frozenset()  # NCCL's ncclResult_t, read first: plugins return it
     for project, path in given:
         if not path:
             continue
         repo = Repository(path)
         try:
-            tags, entries = read_project(repo, project, progress)
+            if project.name == "nccl":
+                results = nccl_results(repo, releases(repo, project))
+            tags, entries = read_project(repo, project, progress, results)
         finally:
             repo.close()
         read.append((project, tags, entries))
