@@ -341,6 +341,30 @@ def test_a_warning_that_fails_the_call_leads_over_the_chain_it_starts(tmp_path: 
     assert any("follows from the first failure" in e for e in chain.evidence)
 
 
+def test_a_cuda_failure_is_read_by_the_file_nccl_failed_in() -> None:
+    # NCCL 2.27.5: src/transport/nvls.cc:58 CUCHECK(cuMulticastCreate(...)) prints
+    # src/include/cudawrap.h:34 "Cuda failure %d '%s'" (801: CUDA_ERROR_NOT_SUPPORTED) and
+    # returns ncclUnhandledCudaError; its caller's NCCLCHECKGOTO at :245 traces it
+    lines = [
+        info("NCCL version 2.27.5+cuda12.9"),
+        warn("Cuda failure 801 'operation not supported'", "transport/nvls.cc:58"),
+        info("transport/nvls.cc:245 -> 1"),
+        info("init.cc:1620 -> 1"),
+    ]
+    fatal = only(findings_of(lines), "log-nccl-error")
+    assert "NVLS" in " ".join(fatal.evidence)
+    assert "fabric manager" in fatal.fix and "NCCL_NVLS_ENABLE=0" in fatal.fix
+    # the same failure in a file whose class has no reading of its own (src/include/alloc.h:56
+    # CUCHECK(cuMemCreate(...)) in v2.27.5-1, memory): read as the CUDA call it is
+    oom = [lines[0], warn("Cuda failure 2 'out of memory'", "include/alloc.h:56"),
+           info("include/alloc.h:217 -> 1"), info("init.cc:1620 -> 1")]
+    fatal = only(findings_of(oom), "log-nccl-error")
+    assert "out of GPU memory" in fatal.fix and "nvidia-smi" in fatal.fix
+    # a chain through files without a reading keeps the generic advice
+    other = [lines[0], info("init.cc:1620 -> 3")]
+    assert "first WARN line" in only(findings_of(other), "log-nccl-error").fix
+
+
 def test_a_fatal_condition_printed_at_info_is_read() -> None:
     # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
     lines = [info("NCCL version 2.25.1+cuda12.8"),

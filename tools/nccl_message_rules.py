@@ -365,6 +365,12 @@ def classify(path: str, fmt: str) -> str | None:
     for name, pattern in _WORD_RULES:
         if pattern.search(fmt):
             return name
+    return path_class(path)
+
+
+def path_class(path: str) -> str | None:
+    """The class of what a source file does (``"src/transport/nvls.cc"`` -> ``"nvls"``), by its
+    path alone; None when no rule applies."""
     for name, pattern in _PATH_RULES:
         if pattern.search(path):
             return name

@@ -47,7 +47,7 @@ from c_source import (
     result_names,
 )
 from git_tree import Repository
-from nccl_message_rules import CLASSES, classify, info_level, override_for
+from nccl_message_rules import CLASSES, classify, info_level, override_for, path_class
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "clusterenv" / "nccl_log" / "messages.json"
 #: Fewer fixed letters and digits than this and a format matches too much to name a message
@@ -302,8 +302,10 @@ def _compact(messages: list[dict[str, object]]) -> dict[str, object]:
         if extra:
             row.append(extra)
         rows.append(row)
+    # what each file does, for a return trace that names it (``transport/nvls.cc:174 -> 1``)
+    classes = [path_class(path) or "" for path in paths]
     return {"fields": list(FIELDS), "projects": list(projects), "paths": list(paths),
-            "messages": rows}
+            "path_classes": classes, "messages": rows}
 
 
 def _apply_override(record: dict[str, object], fmt: str) -> None:

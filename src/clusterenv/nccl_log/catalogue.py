@@ -26,6 +26,7 @@ __all__ = [
     "catalogue_classes",
     "catalogue_entries",
     "lookup_message",
+    "source_class",
 ]
 
 _CONVERSION = re.compile(
@@ -165,6 +166,10 @@ class _Catalogue:
             name: MessageClass(name, c["meaning"], c["causes"], tuple(c["consequence_of"]))
             for name, c in data["classes"].items()
         }
+        # NCCL's files as its return traces name them (relative to src/), with their class
+        self.files = {path[4:]: cls for path, cls in zip(self.paths, data.get("path_classes", ()),
+                                                         strict=False)
+                      if cls and path.startswith("src/")}
         entries = [_Entry(fields) for fields in data["messages"]]
         # a warning (or a line outside NCCL's log) may be any message; an INFO line is looked
         # up only among the INFO messages that report a failure: those that report a choice
@@ -232,6 +237,17 @@ def lookup_message(text: str, *, warning: bool = True) -> CatalogueMatch | None:
     if found is None and warning and (location := _LOCATION.match(text)) is not None:
         found = catalogue.match(text[location.end() :], warning)
     return found
+
+
+def source_class(location: str) -> MessageClass | None:
+    """What the NCCL source file of a return trace's step does, e.g. ``"transport/nvls.cc:174"``
+    -> the ``nvls`` class (NVLink SHARP); None for a file the catalogue does not know.
+
+    The classes of files come from the same rules as those of messages (by path:
+    ``tools/nccl_message_rules.py``), for every file that prints a catalogued message."""
+    catalogue = _catalogue()
+    name = catalogue.files.get(location.rpartition(":")[0] or location)
+    return catalogue.classes.get(name) if name else None
 
 
 def catalogue_classes() -> dict[str, MessageClass]:

@@ -15,7 +15,9 @@ from clusterenv.nccl_log.catalogue import MessageClass, catalogue_classes
 from clusterenv.nccl_log.interfaces import finding, quote
 from clusterenv.nccl_log.model import LogMessage, NcclLog
 
-__all__ = ["CODE_NCCL_MESSAGE", "CODE_NCCL_WARNING", "EXPLAINED_KINDS", "explain_checks"]
+__all__ = [
+    "CODE_NCCL_MESSAGE", "CODE_NCCL_WARNING", "EXPLAINED_KINDS", "class_fix", "explain_checks",
+]
 
 CODE_NCCL_MESSAGE: Code = "log-nccl-message"
 CODE_NCCL_WARNING: Code = "log-nccl-warning"
@@ -50,6 +52,14 @@ _FIXES = {
                    "process hosting the store (rank 0 or the launcher) is alive",
     "gloo": "set GLOO_SOCKET_IFNAME to the cluster interface on every node",
 }
+
+
+def class_fix(cls: MessageClass) -> str | None:
+    """The usual causes of a failure of ``cls`` and what to do about it, when the class says
+    more than "read the messages" (the classes of a node's own resources: NVLS, P2P, shared
+    memory, the GPU); None otherwise."""
+    fix = _FIXES.get(cls.name)
+    return f"usual causes: {cls.causes}; {fix}" if fix else None
 
 
 def _label(cls: MessageClass | None, name: str) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 
 from clusterenv.findings import Code, Finding
+from clusterenv.nccl_log.catalogue import catalogue_classes, source_class
+from clusterenv.nccl_log.explain import class_fix
 from clusterenv.nccl_log.interfaces import (
     IFNAME_FIX,
     PEER,
@@ -313,10 +315,21 @@ def fatal_checks(log: NcclLog) -> list[Finding]:
     lines = [(r.failure_line or 0, r.failure or "") for r in chains]
     lines += [(m.first_line, m.text) for m in fatal]
     first = min(lines)[1]
-    return [finding(
-        CODE_NCCL_ERROR, "error",
-        f"an NCCL call failed: {first[:120]}",
-        evidence,
-        "the first WARN line before the error usually names the cause; rerun with "
-        "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET if it does not",
-    )]
+    fix = ("the first WARN line before the error usually names the cause; rerun with "
+           "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET if it does not")
+    # What NCCL was doing when it failed: the file of the deepest step of the first chain
+    # (transport/nvls.cc: NVLink SHARP), else the class of the first failure line (a CUDA
+    # call); its causes and fix where the class has one
+    steps = [r.failure.split(" ", 1)[0] for r in sorted(chains, key=lambda r: r.failure_line
+                                                          or 0) if r.failure][:1]
+    classes = [(f"where it failed: {step}", source_class(step)) for step in steps]
+    first_message = min(fatal, key=lambda m: m.first_line, default=None)
+    if first_message is not None and first_message.cls:
+        classes.append(("what failed", catalogue_classes().get(first_message.cls)))
+    for label, cls in classes:
+        if cls is not None and (reading := class_fix(cls)) is not None:
+            evidence.append(f"{label}: {cls.meaning}")
+            fix = reading
+            break
+    return [finding(CODE_NCCL_ERROR, "error", f"an NCCL call failed: {first[:120]}", evidence,
+                    fix)]
