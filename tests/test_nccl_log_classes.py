@@ -365,6 +365,27 @@ def test_a_cuda_failure_is_read_by_the_file_nccl_failed_in() -> None:
     assert "first WARN line" in only(findings_of(other), "log-nccl-error").fix
 
 
+@pytest.mark.parametrize("warning", [
+    # src/transport/net_ib.cc:998 (v2.12.10-1) .. :1119 (v2.19.4-1)
+    ("NET/IB : req 0/1 tag 7 peer 10.0.0.3<45678> collective mismatch error, local size 65536 "
+     "remote size 1048576", "transport/net_ib.cc:1119"),
+    # src/transport/net_socket.cc:561 (v2.27.3-1) .. :636 (v2.30.7-1)
+    ("NET/Socket : peer 10.0.0.3<45678> message truncated : receiving 1048576 bytes instead of "
+     "65536. If you believe your socket network is in a healthy state, there may be a mismatch "
+     "in collective sizes or environment settings (e.g. NCCL_PROTO, NCCL_ALGO) between ranks",
+     "transport/net_socket.cc:561"),
+])
+def test_a_size_the_peer_did_not_expect_is_ranks_that_disagree(warning: tuple[str, str]) -> None:
+    lines = [info("NCCL version 2.19.4+cuda12.3"),
+             info("comm 0x55 rank 1 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE"),
+             warn(*warning), info("transport/net.cc:1350 -> 5"), info("proxy.cc:700 -> 5")]
+    lead = nccl_log_findings(parse_nccl_log(lines))[0]
+    assert (lead.code, lead.severity) == ("log-nccl-message", "error")
+    assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in lead.fix and "NCCL_PROTO" in lead.fix
+    # not the network's causes: nothing is wrong with the fabric or the interface
+    assert "GID" not in lead.fix and "SOCKET_IFNAME" not in lead.fix
+
+
 def test_a_fatal_condition_printed_at_info_is_read() -> None:
     # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
     lines = [info("NCCL version 2.25.1+cuda12.8"),

@@ -134,7 +134,8 @@ CLASSES: dict[str, MessageClass] = {
         "CUDA_VISIBLE_DEVICES that differs between ranks"),
     "usage": MessageClass(
         "a call into NCCL that the application made wrongly",
-        "inconsistent arguments across ranks (counts, types, roots, order of collectives), a "
+        "inconsistent arguments across ranks (counts, types, roots, order of collectives), "
+        "settings that change the protocol on some ranks only (NCCL_PROTO, NCCL_ALGO), a "
         "communicator used from several threads or after an error, or a bug in the framework"),
     "launch": MessageClass(
         "planning and launching collective kernels",
@@ -205,6 +206,10 @@ CLASSES: dict[str, MessageClass] = {
 # Words of the format that decide the class wherever the message is printed (checked in order).
 _WORD_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern)) for name, pattern in (
+        # ranks that called different collectives (or the same with other sizes): the data
+        # path's check of a message's size reports it, wherever in the network it is printed
+        ("usage", r"collective mismatch|[Mm]ismatched collective|mismatch in collective|"
+                  r"^NET/Socket : (?:peer %s )?message truncated"),
         ("version", r"(?i)version.{0,60}(?:mismatch|differ|older|newer|too old|minimum|"
                     r"required|compiled with)|[Mm]ismatched NCCL version|API version"),
         ("device", r"Duplicate GPU|same GPU|same CUDA device|Invalid device|invalid device"),

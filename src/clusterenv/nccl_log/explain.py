@@ -45,6 +45,9 @@ _FIXES = {
               "init_process_group, or device_id=torch.device('cuda', local_rank)",
     "tcp-offload": "check the links of the NICs it names and that the plugin's receive daemon "
                    "runs on every node; repeated timeouts slow the job down",
+    "usage": "check that every rank calls the same collectives in the same order with the same "
+             "counts and types (TORCH_DISTRIBUTED_DEBUG=DETAIL makes PyTorch check each "
+             "collective across ranks) and that NCCL_PROTO and NCCL_ALGO are alike on every rank",
     "torch-watchdog": "find the rank that stopped first (its own log, the flight recorder "
                       "dumps: `clusterenv hang`); raise the timeout only when the work is "
                       "really that long",
