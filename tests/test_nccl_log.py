@@ -526,6 +526,9 @@ FINDING_LOGS: dict[str, tuple[list[str], str]] = {
     "log-shm-exhausted": (
         [warn("Call to posix_fallocate failed : No space left on device", "include/shm.h:28")],
         "error"),
+    # src/misc/socket.cc:453 (v2.27.5-1), strerror(EMFILE)
+    "log-open-files": ([warn("socketTryAccept: Accept failed: Too many open files",
+                             "misc/socket.cc:453")], "error"),
     "log-no-interface": ([warn("Bootstrap : no socket interface found", "bootstrap.cc:43")],
                          "error"),
     "log-nccl-error": ([info("init.cc:1110 -> 2"), info("group.cc:64 -> 2")], "error"),

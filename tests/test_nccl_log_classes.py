@@ -288,6 +288,33 @@ def test_a_close_leads_over_an_out_of_memory_after_it() -> None:
     assert "log-nccl-message" in codes(findings)  # the allocation failure, after it
 
 
+def test_a_receive_reset_by_the_peer_is_the_peer_exiting_not_a_firewall() -> None:
+    # src/misc/socket.cc:46 (v2.27.5-1): "socketProgressOpt: Call to %s %s failed : %s", the
+    # strerror of ECONNRESET, after the communicator was up (src/init.cc "Init COMPLETE")
+    lines = [info("comm 0x55 rank 1 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE"),
+             warn("socketProgressOpt: Call to recv from 10.0.0.3<45678> failed : Connection "
+                  "reset by peer", "misc/socket.cc:46"),
+             info("misc/socket.cc:58 -> 6"), info("transport/net_socket.cc:400 -> 6"),
+             info("proxy.cc:700 -> 6")]
+    findings = findings_of(lines)
+    assert findings[0].code == "log-peer-closed"
+    assert "log-connect-timeout" not in codes(findings)  # no firewall advice
+    assert any("10.0.0.3<45678>" in e for e in findings[0].evidence)
+
+
+@pytest.mark.parametrize("line", [
+    warn("socketTryAccept: Accept failed: Too many open files", "misc/socket.cc:453"),
+    warn("[Service thread] Accept failed Too many open files", "proxy.cc:1632"),
+])
+def test_accept_out_of_file_descriptors_is_the_open_files_limit(line: str) -> None:
+    # src/misc/socket.cc:453 and src/proxy.cc:1632 (v2.27.5-1), strerror(EMFILE)
+    findings = findings_of([info("NCCL version 2.27.5+cuda12.9"), line,
+                            info("misc/socket.cc:480 -> 2")])
+    assert (findings[0].code, findings[0].severity) == ("log-open-files", "error")
+    assert "ulimit -n" in findings[0].fix
+    assert "SOCKET_IFNAME" not in findings[0].fix
+
+
 def test_a_close_at_bootstrap_accept_with_nothing_else_is_a_foreign_client() -> None:
     lines = [info("NCCL version 2.21.5+cuda12.4"),
              info("Bootstrap : Using eth0:10.0.0.1<0>"),

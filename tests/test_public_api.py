@@ -85,7 +85,7 @@ PUBLIC_ALL: dict[str, set[str]] = {
         "CODE_MIXED_PLUGIN", "CODE_MIXED_RDMA_DRIVER", "CODE_MIXED_SUBNET",
         "CODE_MIXED_TRANSPORT", "CODE_MIXED_VERSION", "CODE_NCCL_ERROR", "CODE_NCCL_MESSAGE",
         "CODE_NCCL_WARNING", "CODE_NO_INTERFACE", "CODE_OFI_NO_PROVIDER", "CODE_PEER_CLOSED",
-        "CODE_PLUGIN_FAILED", "CODE_PLUGIN_LOAD", "CODE_SHM_EXHAUSTED",
+        "CODE_OPEN_FILES", "CODE_PLUGIN_FAILED", "CODE_PLUGIN_LOAD", "CODE_SHM_EXHAUSTED",
         "CODE_SOCKET_CHANNEL_UNROUTABLE", "CODE_SOCKET_FALLBACK", "CatalogueMatch", "GpuDirect",
         "INTERNAL_NETWORKS", "LogMessage", "MAX_LINE", "MessageClass", "NcclLog", "NetDevice",
         "NetPlugin", "RankInfo", "SocketEndpoint", "WC_STATUSES", "WcStatus", "interface_concern",

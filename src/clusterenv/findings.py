@@ -176,6 +176,7 @@ Code = Literal[
     "log-ib-qp-failure",
     "log-ib-memlock",
     "log-shm-exhausted",
+    "log-open-files",
     "log-no-interface",
     "log-nccl-error",
     "log-nccl-warning",
@@ -508,6 +509,7 @@ CODES: dict[Code, CodeInfo] = {
     "log-ib-qp-failure": CodeInfo("nccl-log", "error", "An RDMA queue pair failed"),
     "log-ib-memlock": CodeInfo("nccl-log", "error", "RDMA memory registration failed"),
     "log-shm-exhausted": CodeInfo("nccl-log", "error", "NCCL's shared memory is exhausted"),
+    "log-open-files": CodeInfo("nccl-log", "error", "A process ran out of file descriptors"),
     "log-no-interface": CodeInfo("nccl-log", "error", "NCCL found no usable socket interface"),
     "log-nccl-error": CodeInfo("nccl-log", "error", "An NCCL call failed"),
     "log-nccl-warning": CodeInfo(

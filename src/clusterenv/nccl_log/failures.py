@@ -32,6 +32,7 @@ __all__ = [
     "CODE_IB_QP_FAILURE",
     "CODE_NCCL_ERROR",
     "CODE_NO_INTERFACE",
+    "CODE_OPEN_FILES",
     "CODE_PEER_CLOSED",
     "CODE_SHM_EXHAUSTED",
     "address_family_checks",
@@ -50,6 +51,7 @@ CODE_CONNECT_TIMEOUT: Code = "log-connect-timeout"
 CODE_IB_QP_FAILURE: Code = "log-ib-qp-failure"
 CODE_IB_MEMLOCK: Code = "log-ib-memlock"
 CODE_SHM_EXHAUSTED: Code = "log-shm-exhausted"
+CODE_OPEN_FILES: Code = "log-open-files"
 CODE_NO_INTERFACE: Code = "log-no-interface"
 CODE_NCCL_ERROR: Code = "log-nccl-error"
 CODE_PEER_CLOSED: Code = "log-peer-closed"
@@ -137,8 +139,9 @@ def connect_checks(log: NcclLog) -> list[Finding]:
 
 
 def peer_closed_checks(log: NcclLog) -> list[Finding]:
-    """``Connection closed by remote peer``: the peer's process exited, or (at bootstrap accept,
-    with nothing else failing) a client that is not NCCL connected."""
+    """``Connection closed by remote peer`` (or a receive or send reset by the peer): the
+    peer's process exited, or (at bootstrap accept, with nothing else failing) a client that is
+    not NCCL connected."""
     closed = log.messages("peer-closed")
     if not closed:
         return []
@@ -228,6 +231,11 @@ _RESOURCES: tuple[tuple[str, Code, str, str], ...] = (
     ("shm", CODE_SHM_EXHAUSTED,
      "NCCL ran out of shared memory (/dev/shm)",
      "give the container a larger /dev/shm (docker --shm-size=16g, or --ipc=host)"),
+    ("open-files", CODE_OPEN_FILES,
+     "a process ran out of file descriptors (Too many open files): its sockets failed",
+     "raise the open-files limit where NCCL runs (`ulimit -n`; docker --ulimit nofile=N:N, "
+     "LimitNOFILE= of a systemd unit, the limits a scheduler propagates): NCCL opens sockets per "
+     "peer and channel, and a large job needs more than Linux's default soft limit of 1024"),
     ("no-interface", CODE_NO_INTERFACE,
      "NCCL found no usable socket interface",
      "make NCCL_SOCKET_IFNAME name an interface that is up and has an address on this host "
@@ -236,7 +244,8 @@ _RESOURCES: tuple[tuple[str, Code, str, str], ...] = (
 
 
 def resource_checks(log: NcclLog) -> list[Finding]:
-    """What a host lacked: locked memory for RDMA, ``/dev/shm``, a usable interface."""
+    """What a host lacked: locked memory for RDMA, ``/dev/shm``, file descriptors, a usable
+    interface."""
     findings = []
     for kind, code, title, fix in _RESOURCES:
         messages = log.messages(kind)
