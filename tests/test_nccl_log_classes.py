@@ -413,6 +413,23 @@ def test_a_size_the_peer_did_not_expect_is_ranks_that_disagree(warning: tuple[st
     assert "GID" not in lead.fix and "SOCKET_IFNAME" not in lead.fix
 
 
+def test_a_chain_names_the_warning_its_process_printed_before_it() -> None:
+    # src/transport/net_ib.cc:103 (v2.22.3-1) "NET/IB : %s:%d Got async event : %s": NCCL's
+    # async thread prints it and carries on; the call that then fails traces its return
+    lines = [info("NCCL version 2.22.3+cuda12.6"),
+             info("NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ens1:10.0.0.2<0>"),
+             warn("NET/IB : mlx5_0:1 Got async event : local catastrophic error",
+                  "transport/net_ib.cc:103"),
+             info("Bootstrap : Using ens1:10.0.0.2<0>", pid=200),  # another process
+             warn("NET/IB : mlx5_1:1 Got async event : port error", "transport/net_ib.cc:103",
+                  pid=200),
+             info("transport/net_ib.cc:1500 -> 2"), info("transport/net.cc:1350 -> 2")]
+    fatal = only(findings_of(lines), "log-nccl-error")
+    assert "line 3" in fatal.fix
+    assert any("local catastrophic error" in e for e in fatal.evidence)
+    assert not any("port error" in e for e in fatal.evidence)  # not the other process's
+
+
 def test_a_fatal_condition_printed_at_info_is_read() -> None:
     # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
     lines = [info("NCCL version 2.25.1+cuda12.8"),

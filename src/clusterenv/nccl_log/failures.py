@@ -340,5 +340,20 @@ def fatal_checks(log: NcclLog) -> list[Finding]:
             evidence.append(f"{label}: {cls.meaning}")
             fix = reading
             break
+    else:
+        # the warning the failing process printed last before its chain: the one NCCL's advice
+        # points at, named rather than described
+        first_chain = min(chains, key=lambda r: r.failure_line or 0, default=None)
+        if first_chain is not None:
+            key = f"{first_chain.host or '?'}:{first_chain.pid}"
+            before = [m for m in log.warnings if key in m.processes
+                      and m.first_line < (first_chain.failure_line or 0)]
+            if before:
+                last = max(before, key=lambda m: m.first_line)
+                evidence.append(f"the warning before it in that process: line {last.first_line}:"
+                                f" {last.text[:160]}")
+                fix = (f"the warning that process printed before the error (line "
+                       f"{last.first_line}) is the likely cause: see its finding; rerun with "
+                       "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET if it does not explain it")
     return [finding(CODE_NCCL_ERROR, "error", f"an NCCL call failed: {first[:120]}", evidence,
                     fix)]
