@@ -430,6 +430,54 @@ def test_a_chain_names_the_warning_its_process_printed_before_it() -> None:
     assert not any("port error" in e for e in fatal.evidence)  # not the other process's
 
 
+# src/init.cc (v2.27.5-1): "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId
+# 0x%llx - Init START" when ncclCommInitRank begins, "... - Init COMPLETE" when it returns
+def init_line(rank: int, pid: int, host: str, end: str) -> str:
+    return info(f"ncclCommInitRank comm 0x55{rank} rank {rank} nranks 2 cudaDev 0 nvmlDev 0 "
+                f"busId 1000 commId 0xabc - Init {end}", host=host, pid=pid)
+
+
+def test_an_initialisation_that_started_and_did_not_finish_is_reported(tmp_path: Path) -> None:
+    lines = [info("Bootstrap : Using ens1:10.0.0.2<0>", host="a", pid=1), init_line(0, 1, "a",
+             "START"), info("Bootstrap : Using ens1:10.0.0.3<0>", host="b", pid=2),
+             init_line(1, 2, "b", "START"), init_line(1, 2, "b", "COMPLETE")]
+    finding = only(findings_of(lines), "log-init-unfinished")
+    assert finding.severity == "warning"
+    assert "1 of the 2 processes" in finding.title
+    assert any("line 2: Init START of rank 0 (a pid 1)" in e for e in finding.evidence)
+    assert not any("pid 2" in e for e in finding.evidence)
+    code, data = cli(tmp_path, lines)
+    assert code == 0 and data["init_unfinished"] == [["a:1", 2]]
+    # every process finished: nothing to report
+    done = [*lines, init_line(0, 1, "a", "COMPLETE")]
+    assert "log-init-unfinished" not in codes(findings_of(done))
+    # one that failed after the start is reported by its failure, not as unfinished
+    failed = [*lines, info("bootstrap.cc:95 -> 2", host="a", pid=1)]
+    assert "log-init-unfinished" not in codes(findings_of(failed))
+    assert "log-nccl-error" in codes(findings_of(failed))
+
+
+def test_a_log_of_half_the_ranks_says_the_others_are_missing() -> None:
+    finding = only(findings_of([init_line(0, 1, "a", "START")]), "log-init-unfinished")
+    assert any("2 ranks and the log holds 1" in e for e in finding.evidence)
+
+
+@pytest.mark.parametrize(("error", "found"), [
+    ("libnccl-net.so: cannot open shared object file: No such file or directory", False),
+    ("/usr/lib/libnccl-net.so: undefined symbol: fi_getinfo", True),
+])
+def test_the_219_plugin_line_reports_a_failure_only_for_a_library_that_is_there(
+        error: str, found: bool) -> None:
+    # src/net.cc:231 (v2.19.3-1): "NET/Plugin : dlerror=%s No plugin found (%s), using internal
+    # implementation", printed after any dlopen that failed, also of a library not installed
+    lines = [info("NCCL version 2.19.3+cuda12.3"),
+             info(f"NET/Plugin : dlerror={error} No plugin found (libnccl-net.so), using "
+                  "internal implementation"),
+             info("NET/IB : Using [0]mlx5_0:1/IB ; OOB ens1:10.0.0.2<0>"),
+             info("Using network IB")]
+    assert ("log-plugin-load" in codes(findings_of(lines))) == found
+
+
 def test_a_fatal_condition_printed_at_info_is_read() -> None:
     # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
     lines = [info("NCCL version 2.25.1+cuda12.8"),

@@ -177,6 +177,7 @@ Code = Literal[
     "log-ib-memlock",
     "log-shm-exhausted",
     "log-open-files",
+    "log-init-unfinished",
     "log-no-interface",
     "log-nccl-error",
     "log-nccl-warning",
@@ -510,6 +511,9 @@ CODES: dict[Code, CodeInfo] = {
     "log-ib-memlock": CodeInfo("nccl-log", "error", "RDMA memory registration failed"),
     "log-shm-exhausted": CodeInfo("nccl-log", "error", "NCCL's shared memory is exhausted"),
     "log-open-files": CodeInfo("nccl-log", "error", "A process ran out of file descriptors"),
+    "log-init-unfinished": CodeInfo(
+        "nccl-log", "warning", "NCCL's initialisation started and did not finish in the log"
+    ),
     "log-no-interface": CodeInfo("nccl-log", "error", "NCCL found no usable socket interface"),
     "log-nccl-error": CodeInfo("nccl-log", "error", "An NCCL call failed"),
     "log-nccl-warning": CodeInfo(

@@ -41,6 +41,7 @@ from clusterenv.nccl_log.failures import (
     CODE_IB_MEMLOCK,
     CODE_IB_QP_FAILURE,
     CODE_IBVERBS_FAILURE,
+    CODE_INIT_UNFINISHED,
     CODE_NCCL_ERROR,
     CODE_NO_INTERFACE,
     CODE_OPEN_FILES,
@@ -50,6 +51,7 @@ from clusterenv.nccl_log.failures import (
     connect_checks,
     fatal_checks,
     ibverbs_checks,
+    init_checks,
     peer_closed_checks,
     qp_checks,
     resource_checks,
@@ -92,6 +94,7 @@ __all__ = [
     "CODE_IB_MEMLOCK",
     "CODE_IB_QP_FAILURE",
     "CODE_IB_SETTING_RANGE",
+    "CODE_INIT_UNFINISHED",
     "CODE_MIXED_ENV",
     "CODE_MIXED_FACT",
     "CODE_MIXED_INTERFACE",
@@ -193,6 +196,7 @@ def nccl_log_findings(
         *qp_checks(log),
         *connect_checks(log),
         *explain_checks(log, reported=reported, stopped=False),
+        *init_checks(log),
     ]
     consequences = [
         *completion_findings(log, consequences=True),

@@ -30,6 +30,7 @@ __all__ = [
     "CODE_IBVERBS_FAILURE",
     "CODE_IB_MEMLOCK",
     "CODE_IB_QP_FAILURE",
+    "CODE_INIT_UNFINISHED",
     "CODE_NCCL_ERROR",
     "CODE_NO_INTERFACE",
     "CODE_OPEN_FILES",
@@ -39,6 +40,7 @@ __all__ = [
     "connect_checks",
     "fatal_checks",
     "ibverbs_checks",
+    "init_checks",
     "peer_closed_checks",
     "qp_checks",
     "resource_checks",
@@ -52,6 +54,7 @@ CODE_IB_QP_FAILURE: Code = "log-ib-qp-failure"
 CODE_IB_MEMLOCK: Code = "log-ib-memlock"
 CODE_SHM_EXHAUSTED: Code = "log-shm-exhausted"
 CODE_OPEN_FILES: Code = "log-open-files"
+CODE_INIT_UNFINISHED: Code = "log-init-unfinished"
 CODE_NO_INTERFACE: Code = "log-no-interface"
 CODE_NCCL_ERROR: Code = "log-nccl-error"
 CODE_PEER_CLOSED: Code = "log-peer-closed"
@@ -308,6 +311,42 @@ def address_family_checks(log: NcclLog) -> list[Finding]:
         evidence,
         "load the same network plugin (or none) on every node; if NCCL_SOCKET_IFNAME is set, "
         "make it name an interface that exists on every node",
+    )]
+
+
+def init_checks(log: NcclLog) -> list[Finding]:
+    """Processes whose ``ncclCommInitRank`` printed ``Init START`` and then neither ``Init
+    COMPLETE`` nor an error: where a job that hangs in initialisation stops (or where the log
+    ends): a warning when other processes finished it, else a note."""
+    if not log.init_unfinished:
+        return []
+    ranks = {f"{r.host or '?'}:{r.pid}": r for r in log.ranks}
+    evidence = []
+    for key, line in log.init_unfinished[:4]:
+        rank = ranks.get(key)
+        evidence.append(f"line {line}: Init START of {labels([rank]) if rank else key}, and "
+                        "after it neither Init COMPLETE nor an error")
+    if len(log.init_unfinished) > 4:
+        evidence.append(f"and {len(log.init_unfinished) - 4} more processes")
+    present = {r.rank for r in log.ranks if r.rank is not None}
+    if log.nranks and len(present) < log.nranks:
+        evidence.append(f"the communicator has {log.nranks} ranks and the log holds "
+                        f"{len(present)} of them: the others' logs say whether they started")
+    processes = sum(1 for r in log.ranks if r.pid is not None)
+    if log.init_complete:
+        evidence.append(f"{log.init_complete} other processes finished it (Init COMPLETE): they "
+                        "wait for these")
+    # Others that finished make it the stop of a hang (ranks finish together); none finished
+    # may as well be a log cut while the job ran (a pasted excerpt)
+    return [finding(
+        CODE_INIT_UNFINISHED, "warning" if log.init_complete else "info",
+        f"ncclCommInitRank started and did not finish in this log ({len(log.init_unfinished)} "
+        f"of the {processes} processes in it)",
+        evidence,
+        "if the job hangs here, the ranks wait for each other: check that every rank started "
+        "and called ncclCommInitRank with the same unique id, and that the nodes reach each "
+        "other on the bootstrap interface (`clusterenv preflight` on every node); if the log "
+        "was cut while the job ran, this is only where it had got to",
     )]
 
 

@@ -177,6 +177,12 @@ def _net_plugin(msg: str) -> Fact | None:
     if "v4 and lower are not supported" in rest or "symbol (v4 or v5)" in rest:
         # the library loaded but offers no API version this NCCL accepts (src/net.cc)
         return ("plugin_rejected", "it implements only a plugin API older than this NCCL accepts")
+    if rest.startswith("dlerror="):
+        # 2.19-2.20 (src/net.cc): "dlerror=%s No plugin found (%s), using internal
+        # implementation" after any failed dlopen: the loader's error says which (a library
+        # that is not installed is no failure: plugins._absent)
+        loader = rest[len("dlerror=") :].split(" No plugin found", 1)[0].strip()
+        return ("plugin_error", loader) if loader and loader != "(null)" else NOTHING
     if "symbol" in rest or "Failed to find ncclNet".startswith(rest[:22]):
         return NOTHING  # "Failed to find ncclNetPlugin_v10 symbol.": probing API versions
     if rest.startswith(("Could not find:", "Using internal", "No plugin found")):
@@ -304,6 +310,7 @@ def _comm(msg: str) -> Fact | None:
         int(ranks.group(2)) if ranks else int(alone.group(1)) if alone else None,
         int(nodes.group(1)) if nodes else None,
         "Init COMPLETE" in msg,
+        "Init START" in msg,  # NCCL 2.18 and later (src/init.cc)
     )
 
 

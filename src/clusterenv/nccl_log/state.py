@@ -43,7 +43,8 @@ class Process:
 
     __slots__ = (
         "bootstrap", "chain", "channel_devices", "channel_net", "cuda_device", "devices",
-        "driver", "env", "first_line", "gdr_channels", "host", "inferred", "key", "net_channels",
+        "driver", "env", "first_line", "gdr_channels", "host", "inferred", "init_done",
+        "init_start", "key", "net_channels",
         "network", "nranks", "oob", "pid", "plugin", "plugin_error", "plugin_net",
         "plugin_rejected", "progress_line", "rank", "socket_ifs", "trace_code", "trace_line",
         "version",
@@ -79,12 +80,21 @@ class Process:
         self.trace_line = 0
         self.trace_code: str | None = None
         self.progress_line = 0
+        # the last "Init START" and "Init COMPLETE" of ncclCommInitRank it printed (lines)
+        self.init_start = 0
+        self.init_done = 0
 
     def has_facts(self) -> bool:
         return self.pid is not None or bool(
             self.bootstrap or self.socket_ifs or self.network or self.inferred or self.env
             or self.version or self.devices or self.plugin or self.channel_net or self.chain
         )
+
+    def init_unfinished(self) -> bool:
+        """Whether its last ``ncclCommInitRank`` started and the log shows neither its end nor
+        an error after the start."""
+        return (self.init_start > self.init_done
+                and not (self.failure() is not None and self.trace_line > self.init_start))
 
     def failure(self) -> str | None:
         """The return chain that ended its call: one after which nothing shows NCCL went on."""
@@ -271,7 +281,11 @@ class FactOps:
         proc.progress_line = max(proc.progress_line, number)
 
     def _op_comm(self, proc: Process, msg: str, number: int, fact: Fact, times: int = 1) -> None:
-        _, rank, nranks, nnodes, complete = fact
+        _, rank, nranks, nnodes, complete, start = fact
+        if start and number > proc.init_start:
+            proc.init_start = number
+        if complete and number > proc.init_done:
+            proc.init_done = number
         if rank is not None and proc.rank is None:
             proc.rank, proc.nranks = rank, nranks
         if nranks is not None:
