@@ -386,7 +386,8 @@ def test_a_cuda_failure_is_read_by_the_file_nccl_failed_in() -> None:
     oom = [lines[0], warn("Cuda failure 2 'out of memory'", "include/alloc.h:56"),
            info("include/alloc.h:217 -> 1"), info("init.cc:1620 -> 1")]
     fatal = only(findings_of(oom), "log-nccl-error")
-    assert "out of GPU memory" in fatal.fix and "nvidia-smi" in fatal.fix
+    assert any("cudaErrorMemoryAllocation" in e for e in fatal.evidence)
+    assert "nvidia-smi" in fatal.fix and "NCCL_BUFFSIZE" in fatal.fix
     # a chain through files without a reading keeps the generic advice
     other = [lines[0], info("init.cc:1620 -> 3")]
     assert "first WARN line" in only(findings_of(other), "log-nccl-error").fix
@@ -476,6 +477,24 @@ def test_the_219_plugin_line_reports_a_failure_only_for_a_library_that_is_there(
              info("NET/IB : Using [0]mlx5_0:1/IB ; OOB ens1:10.0.0.2<0>"),
              info("Using network IB")]
     assert ("log-plugin-load" in codes(findings_of(lines))) == found
+
+
+@pytest.mark.parametrize(("failure", "name", "words"), [
+    # src/include/checks.h:16 (v2.27.5-1) CUDACHECK: "Cuda failure '%s'", cudaGetErrorString
+    ("Cuda failure 'invalid device ordinal'", "cudaErrorInvalidDevice", "LOCAL_RANK"),
+    ("Cuda failure 'system not yet initialized'", "cudaErrorSystemNotReady", "fabricmanager"),
+    ("Cuda failure 'CUDA driver version is insufficient for CUDA runtime version'",
+     "cudaErrorInsufficientDriver", "driver"),
+    # src/include/cudawrap.h:34 (v2.27.5-1) CUCHECK: "Cuda failure %d '%s'"
+    ("Cuda failure 700 'an illegal memory access was encountered'", "cudaErrorIllegalAddress",
+     "CUDA_LAUNCH_BLOCKING=1"),
+])
+def test_a_cuda_failure_is_read_by_cudas_error(failure: str, name: str, words: str) -> None:
+    lines = [info("NCCL version 2.27.5+cuda12.9"), warn(failure, "init.cc:1450"),
+             info("init.cc:1450 -> 1"), info("init.cc:1888 -> 1")]
+    fatal = only(findings_of(lines), "log-nccl-error")
+    assert any(name in e for e in fatal.evidence)
+    assert words in fatal.fix
 
 
 def test_a_fatal_condition_printed_at_info_is_read() -> None:

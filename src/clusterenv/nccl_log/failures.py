@@ -13,6 +13,7 @@ import re
 
 from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.catalogue import catalogue_classes, source_class
+from clusterenv.nccl_log.cuda import cuda_error, cuda_reading
 from clusterenv.nccl_log.explain import class_fix
 from clusterenv.nccl_log.interfaces import (
     IFNAME_FIX,
@@ -22,7 +23,7 @@ from clusterenv.nccl_log.interfaces import (
     labels,
     quote,
 )
-from clusterenv.nccl_log.model import LogMessage, NcclLog
+from clusterenv.nccl_log.model import LogMessage, NcclLog, RankInfo
 
 __all__ = [
     "CODE_ADDRESS_FAMILY",
@@ -365,34 +366,45 @@ def fatal_checks(log: NcclLog) -> list[Finding]:
     first = min(lines)[1]
     fix = ("the first WARN line before the error usually names the cause; rerun with "
            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET if it does not")
-    # What NCCL was doing when it failed: the file of the deepest step of the first chain
-    # (transport/nvls.cc: NVLink SHARP), else the class of the first failure line (a CUDA
-    # call); its causes and fix where the class has one
+    # What NCCL was doing when it failed, the reading that says most: the file of the deepest
+    # step of the first chain (transport/nvls.cc: NVLink SHARP), the CUDA error of the first
+    # failure line (out of memory, invalid device ordinal), the class of that line (a CUDA
+    # call), else the warning the failing process printed last before its chain
+    first_message = min(fatal, key=lambda m: m.first_line, default=None)
     steps = [r.failure.split(" ", 1)[0] for r in sorted(chains, key=lambda r: r.failure_line
                                                           or 0) if r.failure][:1]
-    classes = [(f"where it failed: {step}", source_class(step)) for step in steps]
-    first_message = min(fatal, key=lambda m: m.first_line, default=None)
-    if first_message is not None and first_message.cls:
-        classes.append(("what failed", catalogue_classes().get(first_message.cls)))
-    for label, cls in classes:
-        if cls is not None and (reading := class_fix(cls)) is not None:
-            evidence.append(f"{label}: {cls.meaning}")
-            fix = reading
-            break
-    else:
-        # the warning the failing process printed last before its chain: the one NCCL's advice
-        # points at, named rather than described
-        first_chain = min(chains, key=lambda r: r.failure_line or 0, default=None)
-        if first_chain is not None:
-            key = f"{first_chain.host or '?'}:{first_chain.pid}"
-            before = [m for m in log.warnings if key in m.processes
-                      and m.first_line < (first_chain.failure_line or 0)]
-            if before:
-                last = max(before, key=lambda m: m.first_line)
-                evidence.append(f"the warning before it in that process: line {last.first_line}:"
-                                f" {last.text[:160]}")
-                fix = (f"the warning that process printed before the error (line "
-                       f"{last.first_line}) is the likely cause: see its finding; rerun with "
-                       "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET if it does not explain it")
+    readings: list[tuple[str, str] | None] = [
+        (f"where it failed: {step}: {cls.meaning}", reading)
+        for step in steps if (cls := source_class(step)) and (reading := class_fix(cls))]
+    error = cuda_error(first_message.text) if first_message is not None else None
+    if error is not None and (cuda := cuda_reading(error)) is not None:
+        readings.append((f"CUDA's error: {error.name} ({error.text}): {cuda[0]}", cuda[1]))
+    if first_message is not None and (cls := catalogue_classes().get(first_message.cls or "")):
+        reading = class_fix(cls)
+        readings.append((f"what failed: {cls.meaning}", reading) if reading else None)
+    readings.append(_warning_before(log, chains))
+    found = next((r for r in readings if r is not None), None)
+    if found is not None:
+        evidence.append(found[0])
+        fix = found[1]
     return [finding(CODE_NCCL_ERROR, "error", f"an NCCL call failed: {first[:120]}", evidence,
                     fix)]
+
+
+def _warning_before(log: NcclLog, chains: list[RankInfo]) -> tuple[str, str] | None:
+    """The warning the first failing process printed last before its chain: the one NCCL's
+    advice points at, named rather than described."""
+    first_chain = min(chains, key=lambda r: r.failure_line or 0, default=None)
+    if first_chain is None:
+        return None
+    key = f"{first_chain.host or '?'}:{first_chain.pid}"
+    before = [m for m in log.warnings
+              if key in m.processes and m.first_line < (first_chain.failure_line or 0)]
+    if not before:
+        return None
+    last = max(before, key=lambda m: m.first_line)
+    return (f"the warning before it in that process: line {last.first_line}: "
+            f"{last.text[:160]}",
+            f"the warning that process printed before the error (line {last.first_line}) is the "
+            "likely cause: see its finding; rerun with NCCL_DEBUG=INFO "
+            "NCCL_DEBUG_SUBSYS=INIT,NET if it does not explain it")
