@@ -497,6 +497,22 @@ def test_a_cuda_failure_is_read_by_cudas_error(failure: str, name: str, words: s
     assert words in fatal.fix
 
 
+def test_a_warning_whose_error_nccl_handled_is_no_error() -> None:
+    # src/graph/xml.cc:419 (v2.27.5-1) "Could not find real path of %s" returns
+    # ncclSystemError; in a VM the caller carries on, and the process completes its init
+    warning = warn("Could not find real path of /sys/class/pci_bus/0000:00/../../0000:00:05.0",
+                   "graph/xml.cc:419")
+    went_on = [info("NCCL version 2.27.5+cuda12.9"), warning,
+               info("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM"),
+               info("comm 0x55 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0xabc - "
+                    "Init COMPLETE")]
+    log = parse_nccl_log(went_on)
+    assert log.warnings[0].fails and log.warnings[0].carried_on
+    assert codes(nccl_log_findings(log)) == {"log-nccl-message": "warning"}
+    # the same warning as the last thing the process printed: it ended the call
+    assert codes(findings_of(went_on[:2]))["log-nccl-message"] == "error"
+
+
 def test_a_fatal_condition_printed_at_info_is_read() -> None:
     # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
     lines = [info("NCCL version 2.25.1+cuda12.8"),

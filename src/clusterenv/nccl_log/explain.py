@@ -75,8 +75,8 @@ def _severity(messages: list[LogMessage], log: NcclLog, cls: str | None) -> Seve
     failed = {f"{r.host or '?'}:{r.pid}" for r in log.ranks if r.failure and r.pid is not None}
     has_chains = any(m.kind == "error-trace" for m in log.errors)
     for message in messages:
-        if not message.fails:
-            continue
+        if not message.fails or message.carried_on:
+            continue  # NCCL went on after it, in every process that printed it
         if any(p in failed for p in message.processes) or not has_chains:
             return "error"  # it failed the call, and nothing shows NCCL got past it
     return "warning"

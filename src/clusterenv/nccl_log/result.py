@@ -55,6 +55,7 @@ def log_of(state: FactOps, lines_read: int, lines_matched: int) -> NcclLog:
             for name, value in rank.env.items():
                 env.setdefault(name, value)
     plugins = dict.fromkeys(p.plugin for p in procs if p.plugin is not None)
+    progress = {p.key: p.progress_line for p in state.procs.values()}
     return NcclLog(
         version=versions[0] if versions else None,
         cuda_version=state.cuda,
@@ -78,9 +79,9 @@ def log_of(state: FactOps, lines_read: int, lines_matched: int) -> NcclLog:
         env=env,
         nranks=state.nranks,
         nnodes=state.nnodes,
-        warnings=state.warnings.freeze(),
-        errors=state.errors.freeze(),
-        notices=state.notices.freeze(),
+        warnings=state.warnings.freeze(progress),
+        errors=state.errors.freeze(progress),
+        notices=state.notices.freeze(progress),
         lines_read=lines_read,
         lines_matched=lines_matched,
         banners=tuple(state.banners[:64]),

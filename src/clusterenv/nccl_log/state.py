@@ -128,12 +128,16 @@ class Messages:
             if len(entry[6]) < _MAX_PROCESSES:
                 entry[6][proc.key] = None
 
-    def freeze(self) -> tuple[LogMessage, ...]:
+    def freeze(self, progress: dict[str, int]) -> tuple[LogMessage, ...]:
+        """The messages, ``progress`` giving the line of each process's last sign of progress
+        (by ``host:pid``)."""
         return tuple(
             LogMessage(text, kind, source, count, first, tuple(hosts),
                        cls=match.cls if match else None,
                        origin=match.origin if match else None,
-                       fails=bool(match and match.fails), processes=tuple(processes))
+                       fails=bool(match and match.fails), processes=tuple(processes),
+                       carried_on=bool(processes) and all(
+                           progress.get(key, 0) > first for key in processes))
             for text, (kind, source, count, first, hosts, match, processes)
             in self.entries.items()
         )
