@@ -513,6 +513,30 @@ def test_a_warning_whose_error_nccl_handled_is_no_error() -> None:
     assert codes(findings_of(went_on[:2]))["log-nccl-message"] == "error"
 
 
+def test_a_close_follows_the_failure_of_the_peer_when_that_is_in_the_log(tmp_path: Path) -> None:
+    # node a's log first, then node b's (logs of two nodes put one after the other): a sees
+    # b close (src/misc/socket.cc:71 (v2.27.5-1), returning ncclRemoteError), b ran out of
+    # memory (src/include/checks.h:16 CUDACHECK)
+    lines = [
+        info("comm 0x55 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE", host="a"),
+        warn("socketProgress: Connection closed by remote peer b<45678>", "misc/socket.cc:71",
+             host="a"),
+        info("misc/socket.cc:80 -> 6", host="a"),
+        info("comm 0x56 rank 1 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE", host="b",
+             pid=200),
+        warn("Cuda failure 'out of memory'", "enqueue.cc:100", host="b", pid=200),
+        info("enqueue.cc:110 -> 1", host="b", pid=200),
+    ]
+    code, data = cli(tmp_path, lines)
+    cause = data["cause"]
+    assert code == 1 and cause["code"] == "log-nccl-error"  # type: ignore[index]
+    assert "out of memory" in cause["title"] and "nvidia-smi" in cause["fix"]  # type: ignore[index]
+    closed = only(findings_of(lines), "log-peer-closed")
+    assert any("failed on its own" in e for e in closed.evidence)
+    # without b's failure in the log, the close is what there is to read
+    assert findings_of(lines[:3])[0].code == "log-peer-closed"
+
+
 def test_a_fatal_condition_printed_at_info_is_read() -> None:
     # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
     lines = [info("NCCL version 2.25.1+cuda12.8"),

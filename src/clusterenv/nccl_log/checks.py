@@ -49,6 +49,7 @@ from clusterenv.nccl_log.failures import (
     CODE_SHM_EXHAUSTED,
     address_family_checks,
     connect_checks,
+    failed_elsewhere,
     fatal_checks,
     ibverbs_checks,
     init_checks,
@@ -187,12 +188,20 @@ def nccl_log_findings(
         *plugin_load_checks(log),
         *address_family_checks(log),
     ]
+    # a peer that closed its connections follows from that peer's own failure: when that is in
+    # the log too, it leads
+    closed = peer_closed_checks(log)
+    elsewhere = bool(closed) and failed_elsewhere(log)
+    if elsewhere:
+        closed = [replace(f, evidence=(*f.evidence, "a process of this log failed on its own "
+                                       "(the first error above): the close follows from it"))
+                  for f in closed]
     failures = [
         *completion_findings(log, consequences=False),
         *ofi,
         *ibverbs_checks(log),
         *resource_checks(log),
-        *peer_closed_checks(log),
+        *([] if elsewhere else closed),
         *qp_checks(log),
         *connect_checks(log),
         *explain_checks(log, reported=reported, stopped=False),
@@ -202,6 +211,7 @@ def nccl_log_findings(
         *completion_findings(log, consequences=True),
         *explain_checks(log, reported=reported, stopped=True),
         *fatal_checks(log),
+        *(closed if elsewhere else []),
     ]
     return _in_causal_order(conditions, failures, consequences)
 

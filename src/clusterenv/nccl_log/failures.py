@@ -39,6 +39,7 @@ __all__ = [
     "CODE_SHM_EXHAUSTED",
     "address_family_checks",
     "connect_checks",
+    "failed_elsewhere",
     "fatal_checks",
     "ibverbs_checks",
     "init_checks",
@@ -140,6 +141,27 @@ def connect_checks(log: NcclLog) -> list[Finding]:
         else "socket connections between ranks were retried",
         evidence, fix,
     )]
+
+
+def _closed_processes(log: NcclLog) -> set[str]:
+    """The processes (``host:pid``) that saw a peer close or reset a connection."""
+    return {key for m in log.messages("peer-closed") for key in m.processes}
+
+
+def _follows(rank: RankInfo, closed: set[str]) -> bool:
+    """Whether the failure of ``rank`` follows from another process's: its chain returned
+    ncclRemoteError (a peer's failure or the network), or a peer closed on it."""
+    return "(ncclRemoteError)" in (rank.failure or "") or f"{rank.host or '?'}:{rank.pid}" in closed
+
+
+def failed_elsewhere(log: NcclLog) -> bool:
+    """Whether a process of the log failed of its own accord: a return chain that does not
+    follow from another process (:func:`_follows`), or a CUDA or proxy failure of a process no
+    peer closed on. A peer that closed a connection is then in the log: its failure leads."""
+    closed = _closed_processes(log)
+    if any(r.failure and not _follows(r, closed) for r in log.ranks):
+        return True
+    return any(not set(m.processes) & closed for m in log.messages("fatal"))
 
 
 def peer_closed_checks(log: NcclLog) -> list[Finding]:
@@ -358,21 +380,25 @@ def fatal_checks(log: NcclLog) -> list[Finding]:
     fatal = [*log.messages("fatal"), *(m for m in log.errors if m.kind == "nccl-error")]
     if not chains and not fatal:
         return []
+    # the first failure, before those that follow from another process's (a remote error, a
+    # peer that closed): in a log of one node after another, the cause may come later
+    closed = _closed_processes(log)
+    chains.sort(key=lambda r: (_follows(r, closed), r.failure_line or 0))
+    fatal.sort(key=lambda m: (bool(set(m.processes) & closed), m.first_line))
     evidence = [f"line {r.failure_line}: {r.failure} ({labels([r])}; nothing after it shows "
-                "NCCL carried on)" for r in sorted(chains, key=lambda r: r.failure_line or 0)[:4]]
-    evidence += quote(sorted(fatal, key=lambda m: m.first_line))
-    lines = [(r.failure_line or 0, r.failure or "") for r in chains]
-    lines += [(m.first_line, m.text) for m in fatal]
-    first = min(lines)[1]
+                "NCCL carried on)" for r in chains[:4]]
+    evidence += quote(fatal)
+    lines = [(_follows(r, closed), r.failure_line or 0, r.failure or "") for r in chains]
+    lines += [(bool(set(m.processes) & closed), m.first_line, m.text) for m in fatal]
+    first = min(lines)[2]
     fix = ("the first WARN line before the error usually names the cause; rerun with "
            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET if it does not")
     # What NCCL was doing when it failed, the reading that says most: the file of the deepest
     # step of the first chain (transport/nvls.cc: NVLink SHARP), the CUDA error of the first
     # failure line (out of memory, invalid device ordinal), the class of that line (a CUDA
     # call), else the warning the failing process printed last before its chain
-    first_message = min(fatal, key=lambda m: m.first_line, default=None)
-    steps = [r.failure.split(" ", 1)[0] for r in sorted(chains, key=lambda r: r.failure_line
-                                                          or 0) if r.failure][:1]
+    first_message = fatal[0] if fatal else None
+    steps = [r.failure.split(" ", 1)[0] for r in chains[:1] if r.failure]
     readings: list[tuple[str, str] | None] = [
         (f"where it failed: {step}: {cls.meaning}", reading)
         for step in steps if (cls := source_class(step)) and (reading := class_fix(cls))]
@@ -394,7 +420,7 @@ def fatal_checks(log: NcclLog) -> list[Finding]:
 def _warning_before(log: NcclLog, chains: list[RankInfo]) -> tuple[str, str] | None:
     """The warning the first failing process printed last before its chain: the one NCCL's
     advice points at, named rather than described."""
-    first_chain = min(chains, key=lambda r: r.failure_line or 0, default=None)
+    first_chain = chains[0] if chains else None
     if first_chain is None:
         return None
     key = f"{first_chain.host or '?'}:{first_chain.pid}"
