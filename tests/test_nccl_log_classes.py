@@ -537,6 +537,32 @@ def test_a_close_follows_the_failure_of_the_peer_when_that_is_in_the_log(tmp_pat
     assert findings_of(lines[:3])[0].code == "log-peer-closed"
 
 
+def watchdog(rank: int, seq: int, op: str, numel: int) -> str:
+    """PyTorch's watchdog line (ProcessGroupNCCL.cpp WorkNCCL::checkTimeout, pytorch@87602c5:
+    "Watchdog caught collective operation timeout: " and WorkNCCL's own text), as torchrun
+    prefixes it."""
+    return (f"[rank{rank}]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank {rank}] "
+            f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, "
+            f"NumelIn={numel}, NumelOut={numel}, Timeout(ms)=600000) ran for {600010 + rank} "
+            "milliseconds before timing out.")
+
+
+def test_watchdog_timeouts_at_different_collectives_name_the_rank_behind() -> None:
+    lines = [watchdog(0, 5, "ALLREDUCE", 1024), watchdog(1, 5, "ALLREDUCE", 1024),
+             watchdog(3, 4, "BROADCAST", 10)]
+    lead = findings_of(lines)[0]
+    assert lead.code == "log-nccl-message" and lead.severity == "error"
+    assert "SeqNum 4 (line 3)" in lead.fix
+    assert any("SeqNum 4 (BROADCAST) at line 3; SeqNum 5 (ALLREDUCE) at lines 1, 2" in e
+               for e in lead.evidence)
+    # one collective, two operations: ranks whose code paths parted
+    split = [watchdog(0, 5, "ALLREDUCE", 1024), watchdog(1, 5, "BROADCAST", 10)]
+    assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in findings_of(split)[0].fix
+    # all at the same collective: nothing to tell them apart
+    same = [watchdog(0, 5, "ALLREDUCE", 1024), watchdog(1, 5, "ALLREDUCE", 1024)]
+    assert "SeqNum" not in findings_of(same)[0].fix
+
+
 def test_a_fatal_condition_printed_at_info_is_read() -> None:
     # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
     lines = [info("NCCL version 2.25.1+cuda12.8"),

@@ -10,6 +10,8 @@ Warnings the catalogue does not know stay ``log-nccl-warning``, quoted in order.
 
 from __future__ import annotations
 
+import re
+
 from clusterenv.findings import Code, Finding, Severity
 from clusterenv.nccl_log.catalogue import MessageClass, catalogue_classes
 from clusterenv.nccl_log.interfaces import finding, quote
@@ -65,6 +67,34 @@ def class_fix(cls: MessageClass) -> str | None:
     return f"usual causes: {cls.causes}; {fix}" if fix else None
 
 
+# PyTorch's WorkNCCL (ProcessGroupNCCL.cpp): "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, ..."
+_WORK = re.compile(r"WorkNCCL\(SeqNum=([0-9]{1,12}), OpType=(\w{1,40})", re.ASCII)
+
+
+def _behind(timeouts: list[LogMessage]) -> tuple[str, str] | None:
+    """What the watchdog's timeouts of several ranks say when they differ: each rank reports
+    the oldest collective it is waiting for (its sequence number counts the collectives it
+    called), so a rank at a lower number fell behind; two operations at one number are ranks
+    that called different collectives. ``(evidence, fix)``, or None when they agree."""
+    works: dict[tuple[int, str], list[int]] = {}
+    for message in timeouts:
+        if (match := _WORK.search(message.text)) is not None:
+            works.setdefault((int(match.group(1)), match.group(2)), []).append(message.first_line)
+    if len(works) < 2:
+        return None
+    seen = "; ".join(f"SeqNum {seq} ({op}) at line{'s' if len(lines) > 1 else ''} "
+                     f"{', '.join(map(str, lines[:4]))}"
+                     for (seq, op), lines in sorted(works.items()))
+    evidence = f"the ranks time out in different collectives: {seen}"
+    lowest = min(works)
+    if len({seq for seq, _ in works}) == 1:
+        return evidence, (f"the ranks called different collectives as their collective "
+                          f"{lowest[0]}: find where their code paths part (TORCH_DISTRIBUTED_"
+                          "DEBUG=DETAIL checks each collective across ranks)")
+    return evidence, (f"the rank at SeqNum {lowest[0]} (line {works[lowest][0]}) fell behind "
+                      "the others, or took another code path: read its log first")
+
+
 def _label(cls: MessageClass | None, name: str) -> str:
     return cls.meaning if cls else name
 
@@ -118,6 +148,9 @@ def explain_checks(log: NcclLog, *, reported: frozenset[str] = frozenset(),
                     "peer-exit", "another process exiting first"))
         causes = cls.causes if cls else "see the message"
         fix = f"usual causes: {causes}" + (f"; {_FIXES[name]}" if name in _FIXES else "")
+        if name == "torch-watchdog" and (behind := _behind(group)) is not None:
+            evidence.append(behind[0])
+            fix = f"{behind[1]}; {fix}"
         findings.append(finding(
             CODE_NCCL_MESSAGE, _severity(group, log, name),
             f"NCCL {_label(cls, name)}: {group[0].text[:120]}", evidence, fix,
