@@ -27,6 +27,10 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from generated import write_generated
+
 OUT = Path(__file__).resolve().parents[1] / "src" / "clusterenv" / "nccl_log" / "cuda_errors.json"
 _ENUM = re.compile(r"enum\s+__device_builtin__\s+cudaError\s*\{(.*?)\};", re.DOTALL)
 _ENTRY = re.compile(r"/\*\*((?:(?!\*/).)*)\*/\s*(cudaError\w+)\s*=\s*(\d+)", re.DOTALL)
@@ -80,15 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     data = table(args.runtime)
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=True) + "\n"
     print(f"CUDA runtime {data['runtime']}: {len(data['errors'])} errors")  # type: ignore[arg-type]
-    if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is out of date: run without --check", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
+    status = write_generated(args.out, text, check=args.check)
+    if not args.check:
+        print(f"wrote {args.out}")
+    return status
 
 
 if __name__ == "__main__":

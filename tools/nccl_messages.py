@@ -46,6 +46,7 @@ from c_source import (
     log_calls,
     result_names,
 )
+from generated import write_generated
 from git_tree import Repository
 from nccl_message_rules import CLASSES, classify, info_level, override_for, path_class
 
@@ -377,15 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     data, report = catalogue(read, torch)
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=True) + "\n"
     print("\n".join(report))
-    if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is out of date: run without --check", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out} ({len(text) / 1e3:.0f} kB, {len(data['messages'])} messages)")  # type: ignore[arg-type]
-    return 0
+    status = write_generated(args.out, text, check=args.check)
+    if not args.check:
+        print(f"wrote {args.out} ({len(text) / 1e3:.0f} kB, {len(data['messages'])} messages)")  # type: ignore[arg-type]
+    return status
 
 
 if __name__ == "__main__":
