@@ -32,7 +32,7 @@ process whose peak RSS is printed next to that of a child that only imports clus
 under 200 MB more than the import alone.
 
 Exit 1 when any goal is missed, but for a goal not reached yet or not reached on every
-machine (``BOUNDS``: ``unique``, whose goal is 10x and which stands near 14x, and ``loop``,
+machine (``BOUNDS``: ``unique``, whose goal is 10x and which stands at 12-14x, and ``loop``,
 3.0-4.2x on a shared 2-core machine): that one fails only past its
 bound (a regression) and otherwise exits 3, the miss printed. ``python -m benchmarks --quick``
 runs smaller files of the same shapes.
