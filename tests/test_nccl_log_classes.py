@@ -563,6 +563,17 @@ def test_watchdog_timeouts_at_different_collectives_name_the_rank_behind() -> No
     assert "SeqNum" not in findings_of(same)[0].fix
 
 
+def test_versions_that_disagree_get_a_fix_not_only_causes() -> None:
+    # src/init.cc:775 (v2.23.4-1) .. :1043 (v2.30.7-1), returning ncclInvalidUsage
+    lines = [info("NCCL version 2.23.4+cuda12.6"),
+             warn("Mismatched NCCL version detected : rank 0 version 22304 rank 1 version 22103",
+                  "init.cc:775"),
+             info("init.cc:800 -> 5")]
+    lead = findings_of(lines)[0]
+    assert (lead.code, lead.severity) == ("log-nccl-message", "error")
+    assert "same NCCL on every node" in lead.fix and "torch.cuda.nccl.version()" in lead.fix
+
+
 def test_a_fatal_condition_printed_at_info_is_read() -> None:
     # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
     lines = [info("NCCL version 2.25.1+cuda12.8"),

@@ -47,6 +47,11 @@ _FIXES = {
               "init_process_group, or device_id=torch.device('cuda', local_rank)",
     "tcp-offload": "check the links of the NICs it names and that the plugin's receive daemon "
                    "runs on every node; repeated timeouts slow the job down",
+    "version": "make the versions agree: the same NCCL on every node (the same wheel or image; "
+               "torch.cuda.nccl.version() shows what a process loaded), a driver at least as "
+               "new as the CUDA it was built for, and a network plugin built for this NCCL",
+    "config": "check the setting it names against NCCL's documentation of this version, or unset "
+              "it to go back to NCCL's default",
     "usage": "check that every rank calls the same collectives in the same order with the same "
              "counts and types (TORCH_DISTRIBUTED_DEBUG=DETAIL makes PyTorch check each "
              "collective across ranks) and that NCCL_PROTO and NCCL_ALGO are alike on every rank",
