@@ -72,7 +72,8 @@ def class_fix(cls: MessageClass) -> str | None:
     return f"usual causes: {cls.causes}; {fix}" if fix else None
 
 
-# PyTorch's WorkNCCL (ProcessGroupNCCL.cpp): "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, ..."
+# How PyTorch prints a WorkNCCL (ProcessGroupNCCL.cpp, its operator<<, which the watchdog's
+# timeout message quotes): "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=..., ..."
 _WORK = re.compile(r"WorkNCCL\(SeqNum=([0-9]{1,12}), OpType=(\w{1,40})", re.ASCII)
 
 

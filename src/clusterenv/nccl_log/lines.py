@@ -89,11 +89,12 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("address-family", re.compile(r"neither AF_INET")),
     ("no-interface", re.compile(r"no socket interface|[Nn]o IP interface|no interface found|"
                                 r"No usable listening interface")),
-    # a process out of file descriptors (strerror of EMFILE, ENFILE): every socket it opens or
-    # accepts fails, whatever the peer does
+    # a process out of file descriptors (glibc's strerror of EMFILE and ENFILE: "Too many open
+    # files", "... in system"): every socket it opens or accepts fails, whatever the peer does
     ("open-files", re.compile(r"Too many open files")),
-    # an established connection that the peer ended: closed, or reset (ECONNRESET, EPIPE on a
-    # receive or send: the peer's process exited; a refused connect is "connect")
+    # an established connection that the peer ended: closed, or reset (glibc's strerror of
+    # ECONNRESET and EPIPE, "Connection reset by peer" and "Broken pipe", on a receive or
+    # send: the peer's process exited; a refused connect is "connect")
     ("peer-closed", re.compile(r"Connection closed by (?:remote )?peer|(?i:recv|send)\w*\b"
                                r".{0,200}?(?:[Cc]onnection reset by peer|Broken pipe)")),
     # fatal to the communicator: a CUDA call failed, or the proxy thread gave up on a peer
