@@ -167,6 +167,18 @@ static ncclResult_t initTransportsRank(struct ncclComm* comm) {
     WARN("External network plugin %s is unsupported", name);
     goto fail;
   }
+  if (info->algorithm == NCCL_ALGO_UNDEF) {
+    WARN("No algorithm/protocol available for function %s with datatype %s.%s%s", f, t, a, p);
+    return (algoEnv || protoEnv) ? ncclInvalidUsage : ncclInternalError;
+  }
+  if (ptr == nullptr) {
+    WARN("%s:%d Unrecoverable error detected: malloc(size=%llu) returned null.", f, l, n);
+    abort();
+  }
+  if (ncclNet == NULL) {
+    INFO(NCCL_INIT|NCCL_NET, "NET/Plugin: Loaded net plugin %s (v10)", ncclNet_v10->name);
+    return ncclNet_v10;
+  }
 }
 '''
 
@@ -180,13 +192,20 @@ typedef enum { ncclSuccess                 =  0,
                ncclNumResults              =  8 } ncclResult_t;"""
     results = result_names(header)
     assert results == {"ncclSuccess", "ncclUnhandledCudaError", "ncclInvalidUsage"}
-    calls = list(log_calls(RESULTS_SOURCE, {"WARN": 0}, results | {"ncclInternalError"}))
+    calls = list(log_calls(RESULTS_SOURCE, {"WARN": 0, "INFO": 1},
+                           results | {"ncclInternalError"}))
     assert [c.returns for c in calls] == [
         # src/init.cc:737-739 (v2.27.5-1): the result is assigned, then the jump
         "ncclInvalidUsage",
         # src/misc/socket.cc:533-537 (v2.27.5-1): a socket state is not a result
         "ncclInternalError",
         # a jump with nothing assigned returns what was set before: unknown, not "continues"
+        "",
+        # src/enqueue.cc:2063-2065 (v2.30.7-1): either error, whichever the condition picks
+        "ncclInvalidUsage",
+        # src/misc/utils.cc:269-270 (v2.27.5-1): the process ends
+        "abort",
+        # a pointer of another type, whose name looks like a result: unknown
         "",
     ]
     assert result_names("typedef enum { a, b } other_t;") == frozenset()
@@ -200,6 +219,10 @@ def test_the_catalogue_knows_which_warnings_fail_the_call() -> None:
     # src/misc/socket.cc:533 (v2.27.5-1) returns ncclInternalError, after setting a state
     wrong_type = lookup_message("socketFinalizeAccept from 10.0.0.2<41234>: wrong type 3 != 4")
     assert wrong_type is not None and wrong_type.returns == "ncclInternalError"
+    # src/misc/utils.cc:269 (v2.27.5-1) aborts the process after it
+    aborted = lookup_message("misc/utils.cc:269 Unrecoverable error detected: malloc(size=64) "
+                             "returned null.")
+    assert aborted is not None and aborted.returns == "abort" and aborted.fails
 
 
 @pytest.mark.parametrize(("fmt", "text"), [

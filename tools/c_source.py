@@ -151,7 +151,8 @@ class LogCall:
         format: Its format string, e.g. ``"Call to %s failed: %s"``.
         returns: What the code does right after it, within the same block: the ``ncclResult_t``
             it returns or assigns (``"ncclSystemError"``), ``"continues"`` when it returns
-            success or carries on, ``""`` when that cannot be told from the text.
+            success or carries on, ``"abort"`` when it ends the process, ``""`` when that
+            cannot be told from the text.
     """
 
     macro: str
@@ -161,9 +162,10 @@ class LogCall:
 
 
 _RESULT = re.compile(
-    r"\breturn\s+(nccl\w+)|\b\w+\s*=\s*(nccl[A-Z]\w*)\s*;|\breturn\s*;"
-    r"|\b(continue|break)\s*;|\breturn\s+([A-Za-z_]\w*)|\b(goto)\s+\w+\s*;"
+    r"\breturn\b\s*([^;{}]*);|\b\w+\s*=\s*(nccl[A-Z]\w*)\s*;|\b(continue|break)\s*;"
+    r"|\b(goto)\s+\w+\s*;|\b(abort|exit|_exit)\s*\("
 )
+_NAME = re.compile(r"\b(nccl[A-Z]\w*)\b(\s*\()?")
 _RESULT_ENUM = re.compile(r"typedef\s+enum\s*\{([^}]*)\}\s*ncclResult_t\s*;")
 
 
@@ -177,10 +179,25 @@ def result_names(header: str) -> frozenset[str]:
     return frozenset(name for name in names if name and name != "ncclNumResults")
 
 
+def _returned(expression: str, results: frozenset[str]) -> str:
+    """What ``return <expression>;`` returns: ``"continues"`` for nothing or success, the first
+    error among the results it names (``cond ? ncclInvalidUsage : ncclInternalError``), ``""``
+    for a variable or a call whose value the text does not show."""
+    if not expression:
+        return "continues"  # `return;` from a void function
+    named = [m.group(1) for m in _NAME.finditer(expression) if not m.group(2)
+             and (m.group(1) in results if results else True)]
+    errors = [name for name in named if name != "ncclSuccess"]
+    if errors:
+        return errors[0]
+    return "continues" if named else ""
+
+
 def _after(text: str, start: int, results: frozenset[str], limit: int = 600) -> str:
     """What the code does after a call: the first result (one of ``results``) it returns or
     assigns before its block ends; ``""`` when it jumps away first (``goto fail;`` returns
-    what was set before, which the text does not show)."""
+    what was set before, which the text does not show); ``"abort"`` when it ends the process
+    (``abort()``, ``exit()``)."""
     depth = 0
     end = min(len(text), start + limit)
     i = start
@@ -195,17 +212,18 @@ def _after(text: str, start: int, results: frozenset[str], limit: int = 600) -> 
         i += 1
     window = text[start:i]
     for match in _RESULT.finditer(window):
-        returned, assigned, loop, variable, jump = match.group(1, 2, 3, 4, 5)
-        if assigned and assigned not in results:
-            continue  # another enum's value (`info->protocol = ncclProtoLL;`)
-        result = returned or assigned
-        if result:
-            return "continues" if result == "ncclSuccess" else result
+        returned, assigned, loop, ends = match.group(1, 2, 3, 5)
+        if ends:
+            return "abort"  # abort(), exit(): the process ends there
+        if assigned is not None:
+            if assigned not in results:
+                continue  # another enum's value (`info->protocol = ncclProtoLL;`)
+            return "continues" if assigned == "ncclSuccess" else assigned
+        if returned is not None:
+            return _returned(returned.strip(), results)
         if loop:
             return "continues"
-        if variable or jump:
-            return ""  # `return ret;`, `goto fail;`: the value is not in the text
-        return "continues"  # `return;` from a void function
+        return ""  # `goto fail;`: it returns what was set before, which the text does not show
     return "continues" if i < end else ""
 
 

@@ -69,7 +69,8 @@ class CatalogueMatch:
         format: The format string in the source, e.g. ``"Connect to %s failed : %s"``.
         origin: Where, e.g. ``"src/misc/socket.cc:540 (v2.19.3-1) .. :612 (v2.30.7-1)"``.
         returns: What NCCL does after printing it: the ``ncclResult_t`` the call returns (e.g.
-            ``"ncclSystemError"``: it fails), ``"continues"``, or ``""`` when unknown.
+            ``"ncclSystemError"``: it fails), ``"abort"`` (the process ends), ``"continues"``,
+            or ``""`` when unknown.
         fatal: The catalogue's reviewed note that it means failure although printed at INFO.
         causes: The usual causes (the message's own when reviewed, else its class's).
         consequence_of: What it usually follows.
@@ -91,8 +92,9 @@ class CatalogueMatch:
     @property
     def fails(self) -> bool:
         """Whether NCCL returns an error right after printing it (or it is reviewed fatal)."""
-        return self.fatal or (self.returns.startswith("nccl") and self.returns not in (
-            "ncclSuccess", "ncclInProgress"))
+        return self.fatal or self.returns == "abort" or (
+            self.returns.startswith("nccl") and self.returns not in ("ncclSuccess",
+                                                                     "ncclInProgress"))
 
 
 class _Entry:
