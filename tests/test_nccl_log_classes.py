@@ -574,6 +574,20 @@ def test_versions_that_disagree_get_a_fix_not_only_causes() -> None:
     assert "same NCCL on every node" in lead.fix and "torch.cuda.nccl.version()" in lead.fix
 
 
+def test_p2p_that_nvml_disables_between_nvlink_gpus_is_read_as_p2p() -> None:
+    # src/graph/paths.cc:350 (v2.27.5-1): NVML says no peer access between NVLink-connected
+    # GPUs; NCCL returns ncclUnhandledCudaError (reading sysfs, the topology class, is fine)
+    lines = [info("NCCL version 2.27.5+cuda12.9"),
+             warn("P2P is disabled between NVLINK connected GPUs 0 and 1. This should not be the "
+                  "case given their connectivity, and is probably due to a hardware issue. If "
+                  "you still want to proceed, you can set NCCL_IGNORE_DISABLED_P2P=1.",
+                  "graph/paths.cc:350"),
+             info("graph/paths.cc:360 -> 1")]
+    lead = findings_of(lines)[0]
+    assert (lead.code, lead.severity) == ("log-nccl-message", "error")
+    assert "peer-to-peer" in lead.title and "NCCL_TOPO_FILE" not in lead.fix
+
+
 def test_a_fatal_condition_printed_at_info_is_read() -> None:
     # src/enqueue.cc:52 (v2.25.1-1): NCCL 2.25 lowers the kernels' shared memory and goes on
     lines = [info("NCCL version 2.25.1+cuda12.8"),

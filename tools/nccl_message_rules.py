@@ -210,6 +210,8 @@ _WORD_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # path's check of a message's size reports it, wherever in the network it is printed
         ("usage", r"collective mismatch|[Mm]ismatched collective|mismatch in collective|"
                   r"^NET/Socket : (?:peer %s )?message truncated"),
+        # NVML's verdict on peer access between two GPUs, printed while the topology is read
+        ("p2p", r"^P2P is disabled between|^P2P not supported between"),
         ("version", r"(?i)version.{0,60}(?:mismatch|differ|older|newer|too old|minimum|"
                     r"required|compiled with)|[Mm]ismatched NCCL version|API version"),
         ("device", r"Duplicate GPU|same GPU|same CUDA device|Invalid device|invalid device"),
