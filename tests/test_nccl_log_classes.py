@@ -511,6 +511,9 @@ def test_a_warning_whose_error_nccl_handled_is_no_error() -> None:
     assert codes(nccl_log_findings(log)) == {"log-nccl-message": "warning"}
     # the same warning as the last thing the process printed: it ended the call
     assert codes(findings_of(went_on[:2]))["log-nccl-message"] == "error"
+    # printed again after the progress, and nothing after that: the last one ended the call
+    again = [*went_on, warning]
+    assert codes(findings_of(again))["log-nccl-message"] == "error"
 
 
 def test_a_close_follows_the_failure_of_the_peer_when_that_is_in_the_log(tmp_path: Path) -> None:
@@ -535,6 +538,11 @@ def test_a_close_follows_the_failure_of_the_peer_when_that_is_in_the_log(tmp_pat
     assert any("failed on its own" in e for e in closed.evidence)
     # without b's failure in the log, the close is what there is to read
     assert findings_of(lines[:3])[0].code == "log-peer-closed"
+    # b's proxy giving up on the connection (src/proxy.cc:1665, v2.27.5-1) follows from a peer
+    # or the network: not a failure of b's own, so the close still leads
+    proxy = [*lines[:4], warn("[Service thread] Error encountered progressing operation=Connect, "
+                              "res=3, closing connection", "proxy.cc:1665", host="b", pid=200)]
+    assert findings_of(proxy)[0].code == "log-peer-closed"
 
 
 def watchdog(rank: int, seq: int, op: str, numel: int) -> str:

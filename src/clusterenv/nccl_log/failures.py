@@ -156,12 +156,14 @@ def _follows(rank: RankInfo, closed: set[str]) -> bool:
 
 def failed_elsewhere(log: NcclLog) -> bool:
     """Whether a process of the log failed of its own accord: a return chain that does not
-    follow from another process (:func:`_follows`), or a CUDA or proxy failure of a process no
-    peer closed on. A peer that closed a connection is then in the log: its failure leads."""
+    follow from another process (:func:`_follows`), or a CUDA failure of a process no peer
+    closed on (the proxy's failures follow from a peer or the network: not its own). A peer
+    that closed a connection is then in the log: its failure leads."""
     closed = _closed_processes(log)
     if any(r.failure and not _follows(r, closed) for r in log.ranks):
         return True
-    return any(not set(m.processes) & closed for m in log.messages("fatal"))
+    return any(not set(m.processes) & closed and (m.cls == "cuda" or cuda_error(m.text))
+               for m in log.messages("fatal"))
 
 
 def peer_closed_checks(log: NcclLog) -> list[Finding]:

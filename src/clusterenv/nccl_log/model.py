@@ -280,9 +280,9 @@ class LogMessage:
         fails: NCCL returns an error right after printing it (by its source), or the catalogue
             marks it fatal.
         processes: The processes that printed it (``"host:pid"``, at most 16).
-        carried_on: Every process that printed it showed afterwards that NCCL went on (a
-            network chosen, channels set up, ``Init COMPLETE``): an error it returned was
-            handled.
+        carried_on: Every process that printed it showed, after its last appearance, that NCCL
+            went on (a network chosen, channels set up, ``Init COMPLETE``): an error it
+            returned was handled.
     """
 
     text: str

@@ -109,7 +109,7 @@ class Messages:
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        # text -> [kind, source, count, line, hosts, match, processes]
+        # text -> [kind, source, count, first line, hosts, match, processes, last line]
         self.entries: dict[str, list[Any]] = {}
 
     def add(self, text: str, kind: str, source: str | None, line: int,  # noqa: PLR0917
@@ -120,8 +120,9 @@ class Messages:
         if entry is None:
             if len(self.entries) >= MAX_MESSAGES:
                 return
-            entry = self.entries[text] = [kind, source, 0, line, {}, match, {}]
+            entry = self.entries[text] = [kind, source, 0, line, {}, match, {}, line]
         entry[2] += times
+        entry[7] = max(entry[7], line)
         if proc is not None:
             if proc.host:
                 entry[4][proc.host] = None
@@ -130,15 +131,16 @@ class Messages:
 
     def freeze(self, progress: dict[str, int]) -> tuple[LogMessage, ...]:
         """The messages, ``progress`` giving the line of each process's last sign of progress
-        (by ``host:pid``)."""
+        (by ``host:pid``): a message carried on when every process that printed it made
+        progress after its last appearance."""
         return tuple(
             LogMessage(text, kind, source, count, first, tuple(hosts),
                        cls=match.cls if match else None,
                        origin=match.origin if match else None,
                        fails=bool(match and match.fails), processes=tuple(processes),
                        carried_on=bool(processes) and all(
-                           progress.get(key, 0) > first for key in processes))
-            for text, (kind, source, count, first, hosts, match, processes)
+                           progress.get(key, 0) > last for key in processes))
+            for text, (kind, source, count, first, hosts, match, processes, last)
             in self.entries.items()
         )
 
