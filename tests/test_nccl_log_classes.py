@@ -733,3 +733,24 @@ def test_json_carries_each_messages_class(tmp_path: Path) -> None:
     assert warnings[0]["cls"] == "socket" and "src/misc/socket.cc" in warnings[0]["origin"]
 
 
+
+
+def test_the_warning_named_comes_before_the_first_failure_not_after_it() -> None:
+    # src/proxy.cc (v2.18.5-1): "[Proxy Service %d] Failed to execute operation %s from rank %d,
+    # retcode %d" is the first failure; "[Service thread] Error encountered progressing
+    # operation=%s, res=%d, closing connection" and the rank's chain come after it: a warning
+    # printed after the first failure is no cause of it
+    lines = [info("NCCL version 2.18.5+cuda12.2"),
+             warn("[Proxy Service 0] Failed to execute operation Connect from rank 0, retcode 2",
+                  "proxy.cc:1497"),
+             warn("[Service thread] Error encountered progressing operation=Connect, res=2, "
+                  "closing connection", "proxy.cc:1448"),
+             info("transport/net.cc:330 -> 2"), info("init.cc:900 -> 2")]
+    fatal = only(findings_of(lines), "log-nccl-error")
+    assert "Proxy Service 0" in fatal.title
+    assert "line 3" not in fatal.fix and "the warning before it" not in " ".join(fatal.evidence)
+    # with a warning before it, that one is named
+    before = [info("NCCL version 2.18.5+cuda12.2"),
+              warn("NET/IB : mlx5_0:1 Got async event : port error", "transport/net_ib.cc:100"),
+              *lines[1:]]
+    assert "line 2" in only(findings_of(before), "log-nccl-error").fix

@@ -390,9 +390,11 @@ def fatal_checks(log: NcclLog) -> list[Finding]:
     evidence = [f"line {r.failure_line}: {r.failure} ({labels([r])}; nothing after it shows "
                 "NCCL carried on)" for r in chains[:4]]
     evidence += quote(fatal)
-    lines = [(_follows(r, closed), r.failure_line or 0, r.failure or "") for r in chains]
-    lines += [(bool(set(m.processes) & closed), m.first_line, m.text) for m in fatal]
-    first = min(lines)[2]
+    lines = [(_follows(r, closed), r.failure_line or 0, r.failure or "",
+              (f"{r.host or '?'}:{r.pid}",)) for r in chains]
+    lines += [(bool(set(m.processes) & closed), m.first_line, m.text, tuple(m.processes))
+              for m in fatal]
+    _, first_line, first, first_processes = min(lines)
     fix = ("the first WARN line before the error usually names the cause; rerun with "
            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET if it does not")
     # What NCCL was doing when it failed, the reading that says most: the file of the deepest
@@ -410,7 +412,7 @@ def fatal_checks(log: NcclLog) -> list[Finding]:
     if first_message is not None and (cls := catalogue_classes().get(first_message.cls or "")):
         reading = class_fix(cls)
         readings.append((f"what failed: {cls.meaning}", reading) if reading else None)
-    readings.append(_warning_before(log, chains))
+    readings.append(_warning_before(log, first_processes, first_line))
     found = next((r for r in readings if r is not None), None)
     if found is not None:
         evidence.append(found[0])
@@ -419,15 +421,13 @@ def fatal_checks(log: NcclLog) -> list[Finding]:
                     fix)]
 
 
-def _warning_before(log: NcclLog, chains: list[RankInfo]) -> tuple[str, str] | None:
-    """The warning the first failing process printed last before its chain: the one NCCL's
-    advice points at, named rather than described."""
-    first_chain = chains[0] if chains else None
-    if first_chain is None:
-        return None
-    key = f"{first_chain.host or '?'}:{first_chain.pid}"
+def _warning_before(log: NcclLog, processes: tuple[str, ...],
+                    line: int) -> tuple[str, str] | None:
+    """The warning the first failing process (``processes``, ``host:pid`` keys) printed last
+    before its first failure (at ``line``, a chain or a failure message): the one NCCL's advice
+    points at, named rather than described; None when it printed none before it."""
     before = [m for m in log.warnings
-              if key in m.processes and m.first_line < (first_chain.failure_line or 0)]
+              if m.first_line < line and not set(processes).isdisjoint(m.processes)]
     if not before:
         return None
     last = max(before, key=lambda m: m.first_line)
