@@ -211,6 +211,79 @@ typedef enum { ncclSuccess                 =  0,
     assert result_names("typedef enum { a, b } other_t;") == frozenset()
 
 
+# The control flow around a log call that decides what follows it, each as NCCL has it.
+FLOW_SOURCE = r'''
+static void *bootstrapRoot(void* rargs) {
+  ncclResult_t res = ncclSuccess;
+  do {
+    NCCLCHECKGOTO(bootstrapNetRecv(&sock, &info, sizeof(info)), res, out);
+    if (nranks != info.nranks) {
+      WARN("Bootstrap Root : mismatch in rank count from procs %d : %d", nranks, info.nranks);
+      goto out;
+    }
+  } while (c < nranks);
+out:
+  if (listenSock != NULL) free(listenSock);
+  return NULL;
+}
+
+ncclResult_t buildIbvSymbols(struct ncclIbvSymbols* ibvSymbols) {
+  if (envIbVerbsLib) INFO(NCCL_ENV | NCCL_INIT, "NCCL_IBVERBS_LIB set by environment to %s", e);
+  for (int i = 0; i < NCCL_IBVERBS_LIBS; i++) {
+    ibvhandle = dlopen(ibVerbsLib[i], RTLD_NOW);
+  }
+  if (ibvhandle == nullptr) goto teardown;
+  return ncclSuccess;
+teardown:
+  return ncclSystemError;
+}
+
+ncclResult_t wrap_ibv_symbols(void) {
+  ibvhandle=dlopen("libibverbs.so", RTLD_NOW);
+  if (!ibvhandle) {
+    ibvhandle=dlopen("libibverbs.so.1", RTLD_NOW);
+    if (!ibvhandle) {
+      WARN("Failed to open libibverbs.so[.1]");
+      goto teardown;
+    }
+  }
+  return ncclSuccess;
+teardown:
+  ibv_internal_get_device_list = NULL;
+  return ncclSystemError;
+}
+
+ncclResult_t ncclIbInit(ncclDebugLogger_t logFunction) {
+      for (int d=0; d<nIbDevs; d++) {
+        if (ncclSuccess != wrap_ibv_query_device(context, &devAttr)) {
+          WARN("NET/IB : Unable to query device %s", devices[d]->name);
+          if (ncclSuccess != wrap_ibv_close_device(context)) { ret = ncclInternalError; goto fail; }
+          continue;
+        }
+      }
+fail:
+  return ret;
+}
+'''
+
+
+def test_what_follows_a_call_follows_its_control_flow() -> None:
+    calls = {c.format: c.returns for c in log_calls(FLOW_SOURCE, {"WARN": 0, "INFO": 1},
+                                                     frozenset({"ncclSuccess", "ncclSystemError",
+                                                                "ncclInternalError"}))}
+    # src/bootstrap.cc:140 (v2.22.3-1): the root's thread (a function returning a pointer)
+    # jumps to its end: it stops serving the ranks, which then wait
+    assert calls["Bootstrap Root : mismatch in rank count from procs %d : %d"] == "stops"
+    # src/misc/ibvsymbols.cc:80-88 (v2.30.7-1): a jump under an `if` without braces runs only
+    # maybe; the INFO is no failure
+    assert calls["NCCL_IBVERBS_LIB set by environment to %s"] == "continues"
+    # src/misc/ibvwrap.cc:63-64 (v2.10.3-1): the label's code returns a constant error
+    assert calls["Failed to open libibverbs.so[.1]"] == "ncclSystemError"
+    # src/transport/net_ib.cc:433-435 (v2.21.5-1): the error is assigned in a nested block
+    # that runs only when closing fails too; the loop goes on
+    assert calls["NET/IB : Unable to query device %s"] == "continues"
+
+
 def test_the_catalogue_knows_which_warnings_fail_the_call() -> None:
     # src/init.cc:737 (v2.27.5-1) assigns ncclInvalidUsage and jumps to its exit
     duplicate = lookup_message(
@@ -223,6 +296,10 @@ def test_the_catalogue_knows_which_warnings_fail_the_call() -> None:
     aborted = lookup_message("misc/utils.cc:269 Unrecoverable error detected: malloc(size=64) "
                              "returned null.")
     assert aborted is not None and aborted.returns == "abort" and aborted.fails
+    # src/bootstrap.cc:140 (v2.22.3-1): the root's thread stops; the causes are reviewed
+    root = lookup_message("Bootstrap Root : mismatch in rank count from procs 16 : 8")
+    assert root is not None and root.returns == "stops" and root.fails
+    assert "NCCL_COMM_ID" in root.causes and "WORLD_SIZE" in root.causes
 
 
 @pytest.mark.parametrize(("fmt", "text"), [

@@ -754,3 +754,19 @@ def test_the_warning_named_comes_before_the_first_failure_not_after_it() -> None
               warn("NET/IB : mlx5_0:1 Got async event : port error", "transport/net_ib.cc:100"),
               *lines[1:]]
     assert "line 2" in only(findings_of(before), "log-nccl-error").fix
+
+
+def test_a_root_that_got_a_process_of_another_job_is_an_error_about_the_job(
+        tmp_path: Path) -> None:
+    # src/bootstrap.cc:140 (v2.22.3-1) "Bootstrap Root : mismatch in rank count from procs %d :
+    # %d": the root's thread jumps to its end and serves no one; every rank then waits in
+    # bootstrap. Not the network: two jobs on one root, or world sizes that differ
+    lines = [info("Bootstrap : Using eth0:10.0.0.1<0>"), info("NCCL version 2.22.3+cuda12.6"),
+             info("Bootstrap : Using eth0:10.0.0.2<0>", host="node2", pid=200),
+             warn("Bootstrap Root : mismatch in rank count from procs 16 : 8", "bootstrap.cc:140")]
+    code, report = cli(tmp_path, lines)
+    assert code == 1
+    lead = report["findings"][0]  # type: ignore[index]
+    assert (lead["code"], lead["severity"]) == ("log-nccl-message", "error")
+    assert "NCCL_COMM_ID" in lead["fix"] and "WORLD_SIZE" in lead["fix"]
+    assert "firewall" not in lead["fix"]

@@ -7,6 +7,7 @@ names and the position of the format argument come from the caller.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -151,8 +152,9 @@ class LogCall:
         format: Its format string, e.g. ``"Call to %s failed: %s"``.
         returns: What the code does right after it, within the same block: the ``ncclResult_t``
             it returns or assigns (``"ncclSystemError"``), ``"continues"`` when it returns
-            success or carries on, ``"abort"`` when it ends the process, ``""`` when that
-            cannot be told from the text.
+            success or carries on, ``"abort"`` when it ends the process, ``"stops"`` when it
+            jumps out of a function that returns a pointer (a thread's start routine gives up),
+            ``""`` when that cannot be told from the text.
     """
 
     macro: str
@@ -163,7 +165,7 @@ class LogCall:
 
 _RESULT = re.compile(
     r"\breturn\b\s*([^;{}]*);|\b\w+\s*=\s*(nccl[A-Z]\w*)\s*;|\b(continue|break)\s*;"
-    r"|\b(goto)\s+\w+\s*;|\b(abort|exit|_exit)\s*\("
+    r"|\bgoto\s+(\w+)\s*;|\b(abort|exit|_exit)\s*\("
 )
 _NAME = re.compile(r"\b(nccl[A-Z]\w*)\b(\s*\()?")
 _RESULT_ENUM = re.compile(r"typedef\s+enum\s*\{([^}]*)\}\s*ncclResult_t\s*;")
@@ -193,14 +195,83 @@ def _returned(expression: str, results: frozenset[str]) -> str:
     return "continues" if named else ""
 
 
-def _after(text: str, start: int, results: frozenset[str], limit: int = 600) -> str:
+# A string or character literal, or a brace: what the scan for function bodies reads.
+_BRACES = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|[{}]')
+# What makes the statement after it run only maybe: ``if (x) goto fail;``, ``else return ...``.
+_CONDITION = re.compile(r"\b(?:if|while|for)\s*\(|\belse\b|\?")
+# A block that holds definitions rather than code: ``namespace x {``, ``extern "C" {``.
+_SCOPE = re.compile(r'\s*(?:namespace\b|extern\s*"C")')
+# The return type of a thread's start routine (or of any function returning a pointer):
+# ``static void *bootstrapRoot(void* rargs)``.
+_POINTER_FUNCTION = re.compile(r"\bvoid\s*\*\s*[\w:]+\s*\(")
+
+
+@dataclass(frozen=True, slots=True)
+class _Function:
+    """A function body in a source file: where its braces are and the text before them."""
+
+    start: int
+    end: int
+    signature: str
+
+
+def _functions(code: str) -> list[_Function]:
+    """The function bodies of ``code`` (comments stripped), in order: every top-level block
+    (inside namespaces and ``extern "C"``) that follows a signature with parentheses."""
+    found: list[_Function] = []
+    stack: list[tuple[bool, int, str]] = []  # per open brace: counts, where, its signature
+    depth = 0
+    for match in _BRACES.finditer(code):
+        brace, pos = match.group(), match.start()
+        if brace == "{":
+            head_start = max(code.rfind(";", 0, pos), code.rfind("}", 0, pos),
+                             code.rfind("{", 0, pos)) + 1
+            head = "\n".join(line for line in code[head_start:pos].splitlines()
+                             if not line.lstrip().startswith("#"))
+            counts = depth > 0 or not _SCOPE.match(head)
+            stack.append((counts, pos, head))
+            depth += counts
+        elif brace == "}" and stack:
+            counts, opened, head = stack.pop()
+            depth -= counts
+            if counts and depth == 0 and "(" in head:
+                found.append(_Function(opened, pos, head.strip()))
+    return found
+
+
+def _jump(code: str, at: int, label: str, function: _Function | None,
+          results: frozenset[str]) -> str:
+    """What ``goto label;`` at ``at`` leads to: ``"stops"`` when it leaves a function that
+    returns a pointer (a thread's start routine, such as the bootstrap root's: it gives up what
+    it was serving), the error the code after the label returns when that is a constant, ``""``
+    when it returns a variable set before (which the text does not show) or the label is not
+    found after the jump."""
+    if function is None:
+        return ""
+    body = code[at : function.end]
+    target = re.search(rf"(?<![\w:]){re.escape(label)}\s*:(?!:)", body)
+    if target is None:
+        return ""  # a jump backwards (a retry), or out of sight
+    if _POINTER_FUNCTION.search(function.signature):
+        return "stops"
+    returned = re.search(r"\breturn\b\s*([^;{}]*);", body[target.end() :])
+    if returned is None:
+        return ""
+    value = _returned(returned.group(1).strip(), results)
+    return value if value.startswith("nccl") else ""
+
+
+def _after(text: str, start: int, results: frozenset[str], limit: int = 600,
+           function: _Function | None = None) -> str:
     """What the code does after a call: the first result (one of ``results``) it returns or
-    assigns before its block ends; ``""`` when it jumps away first (``goto fail;`` returns
-    what was set before, which the text does not show); ``"abort"`` when it ends the process
-    (``abort()``, ``exit()``)."""
+    assigns in its own block, before that ends (not in a nested block or under an ``if``
+    without braces, which may not run); ``"abort"`` when it ends the process (``abort()``,
+    ``exit()``); where it jumps away first (``goto fail;``), what :func:`_jump` finds after
+    the label in ``function``, the function the call is in."""
     depth = 0
     end = min(len(text), start + limit)
     i = start
+    kept: list[str] = []  # the text of the call's own block: a nested block runs only maybe
     while i < end:
         c = text[i]
         if c == "{":
@@ -209,9 +280,14 @@ def _after(text: str, start: int, results: frozenset[str], limit: int = 600) -> 
             depth -= 1
             if depth < 0:
                 break
+        elif depth == 0:
+            kept.append(c)
         i += 1
-    window = text[start:i]
+    window = "".join(kept)
     for match in _RESULT.finditer(window):
+        statement = window[max(window.rfind(";", 0, match.start()), 0) : match.start()]
+        if _CONDITION.search(statement):
+            continue  # `if (handle == NULL) goto teardown;`: it runs only maybe
         returned, assigned, loop, ends = match.group(1, 2, 3, 5)
         if ends:
             return "abort"  # abort(), exit(): the process ends there
@@ -223,7 +299,7 @@ def _after(text: str, start: int, results: frozenset[str], limit: int = 600) -> 
             return _returned(returned.strip(), results)
         if loop:
             return "continues"
-        return ""  # `goto fail;`: it returns what was set before, which the text does not show
+        return _jump(text, start, match.group(4), function, results)
     return "continues" if i < end else ""
 
 
@@ -235,6 +311,8 @@ def log_calls(text: str, macros: dict[str, int],
     of any other name is not a result."""
     code = strip_comments(text)
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, macros)) + r")\s*\(")
+    functions = _functions(code)
+    starts = [function.start for function in functions]
     for match in pattern.finditer(code):
         line_start = code.rfind("\n", 0, match.start()) + 1
         if code[line_start : match.start()].lstrip().startswith("#define"):
@@ -249,8 +327,10 @@ def log_calls(text: str, macros: dict[str, int],
         fmt = format_string(args[index])
         if fmt is None:
             continue
+        at = bisect_right(starts, match.start()) - 1
+        function = functions[at] if at >= 0 and match.start() < functions[at].end else None
         yield LogCall(match.group(1), code.count("\n", 0, match.start()) + 1, fmt,
-                      _after(code, end, results))
+                      _after(code, end, results, function=function))
 
 
 def first_line(fmt: str) -> str:

@@ -318,6 +318,17 @@ OVERRIDES: dict[str, Override] = {
                "(socketFinalizeAccept; 2.30.7 discards such connections), so upgrade NCCL or "
                "keep scanners off the bootstrap ports",
         consequence_of=(_PEER,)),
+    r"^Bootstrap Root : (?:mismatch in|rank %d of %d ranks has already checked in)": Override(
+        "bootstrap",
+        "the root thread received a process that does not fit the job as the first one "
+        "described it (another rank count, a rank already there) and stops serving: the "
+        "processes disagree about the job, the network is fine",
+        causes="processes of two jobs reached one root (two launches given the same "
+               "NCCL_COMM_ID, or sharing one rendezvous, MASTER_ADDR:MASTER_PORT), or the "
+               "processes of one job were started with different world sizes (WORLD_SIZE, "
+               "--nnodes, --nproc-per-node) or two of them with the same RANK: give each job "
+               "its own port or NCCL_COMM_ID, and start every node with the same world size "
+               "and distinct ranks"),
     r"Plugin load (?:\(%s\) )?returned %d : %s": Override(
         "net-plugin",
         "an INFO line, but its dlopen error is the cause of a later `network ... not found` or "

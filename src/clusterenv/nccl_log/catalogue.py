@@ -69,7 +69,9 @@ class CatalogueMatch:
         format: The format string in the source, e.g. ``"Connect to %s failed : %s"``.
         origin: Where, e.g. ``"src/misc/socket.cc:540 (v2.19.3-1) .. :612 (v2.30.7-1)"``.
         returns: What NCCL does after printing it: the ``ncclResult_t`` the call returns (e.g.
-            ``"ncclSystemError"``: it fails), ``"abort"`` (the process ends), ``"continues"``,
+            ``"ncclSystemError"``: it fails), ``"abort"`` (the process ends), ``"stops"`` (it
+            jumps out of a function that returns a pointer: a thread such as the bootstrap
+            root's gives up what it serves), ``"continues"``,
             or ``""`` when unknown.
         fatal: The catalogue's reviewed note that it means failure although printed at INFO.
         causes: The usual causes (the message's own when reviewed, else its class's).
@@ -92,7 +94,7 @@ class CatalogueMatch:
     @property
     def fails(self) -> bool:
         """Whether NCCL returns an error right after printing it (or it is reviewed fatal)."""
-        return self.fatal or self.returns == "abort" or (
+        return self.fatal or self.returns in ("abort", "stops") or (
             self.returns.startswith("nccl") and self.returns not in ("ncclSuccess",
                                                                      "ncclInProgress"))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from clusterenv.findings import Code, Finding, Severity
-from clusterenv.nccl_log.catalogue import MessageClass, catalogue_classes
+from clusterenv.nccl_log.catalogue import MessageClass, catalogue_classes, lookup_message
 from clusterenv.nccl_log.interfaces import finding, quote
 from clusterenv.nccl_log.model import LogMessage, NcclLog
 
@@ -62,6 +62,17 @@ _FIXES = {
                    "process hosting the store (rank 0 or the launcher) is alive",
     "gloo": "set GLOO_SOCKET_IFNAME to the cluster interface on every node",
 }
+
+
+def _own_causes(group: list[LogMessage], cls: MessageClass | None) -> str:
+    """The causes the catalogue reviewed for a message of ``group`` itself, narrower than its
+    class's (``Bootstrap Root : mismatch in rank count``: two jobs on one root, not the
+    network); "" when none has its own."""
+    for message in group:
+        match = lookup_message(message.text) or lookup_message(message.text, warning=False)
+        if match is not None and match.causes and (cls is None or match.causes != cls.causes):
+            return match.causes
+    return ""
 
 
 def class_fix(cls: MessageClass) -> str | None:
@@ -152,8 +163,10 @@ def explain_checks(log: NcclLog, *, reported: frozenset[str] = frozenset(),
             if cls.consequence_of:
                 evidence.append("it usually follows: " + ", ".join(cls.consequence_of).replace(
                     "peer-exit", "another process exiting first"))
-        causes = cls.causes if cls else "see the message"
-        fix = f"usual causes: {causes}" + (f"; {_FIXES[name]}" if name in _FIXES else "")
+        own = _own_causes(group, cls)
+        causes = own or (cls.causes if cls else "see the message")
+        fix = f"usual causes: {causes}" + (f"; {_FIXES[name]}" if name in _FIXES and not own
+                                           else "")
         if name == "torch-watchdog" and (behind := _behind(group)) is not None:
             evidence.append(behind[0])
             fix = f"{behind[1]}; {fix}"

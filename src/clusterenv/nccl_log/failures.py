@@ -390,8 +390,9 @@ def fatal_checks(log: NcclLog) -> list[Finding]:
     evidence = [f"line {r.failure_line}: {r.failure} ({labels([r])}; nothing after it shows "
                 "NCCL carried on)" for r in chains[:4]]
     evidence += quote(fatal)
-    lines = [(_follows(r, closed), r.failure_line or 0, r.failure or "",
-              (f"{r.host or '?'}:{r.pid}",)) for r in chains]
+    lines: list[tuple[bool, int, str, tuple[str, ...]]] = [
+        (_follows(r, closed), r.failure_line or 0, r.failure or "", (f"{r.host or '?'}:{r.pid}",))
+        for r in chains]
     lines += [(bool(set(m.processes) & closed), m.first_line, m.text, tuple(m.processes))
               for m in fatal]
     _, first_line, first, first_processes = min(lines)
