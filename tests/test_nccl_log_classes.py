@@ -770,3 +770,24 @@ def test_a_root_that_got_a_process_of_another_job_is_an_error_about_the_job(
     assert (lead["code"], lead["severity"]) == ("log-nccl-message", "error")
     assert "NCCL_COMM_ID" in lead["fix"] and "WORLD_SIZE" in lead["fix"]
     assert "firewall" not in lead["fix"]
+
+
+def test_an_ib_hca_filter_that_matched_nothing_is_named_in_the_fix() -> None:
+    # src/transport/net_ib.cc (v2.18.5-1): "NCCL_IB_HCA set to %s" (:180), then NET/IB keeps
+    # no device, "NET/IB : No device found." (:252), and NCCL runs on its socket transport
+    lines = []
+    for host, pid, address, rank in (("node1", 100, "10.0.0.1", 0), ("node2", 200, "10.0.0.2", 1)):
+        lines += [info(f"Bootstrap : Using eth0:{address}<0>", host, pid),
+                  info("NCCL version 2.18.5+cuda12.2", host, pid),
+                  info("NCCL_IB_HCA set to mlx5_9", host, pid),
+                  info("NET/IB : No device found.", host, pid),
+                  info(f"NET/Socket : Using [0]eth0:{address}<0>", host, pid),
+                  info("Using network Socket", host, pid),
+                  info(f"comm 0x55 rank {rank} nranks 2 cudaDev 0 busId 18000 - Init COMPLETE",
+                       host, pid)]
+    fallback = only(findings_of(lines), "log-socket-fallback")
+    assert fallback.fix.startswith("NCCL_IB_HCA=mlx5_9 matched no RDMA device")
+    # a device NCCL could not open is another cause: the filter is then not blamed first
+    opened = [*lines[:3], warn("Call to ibv_open_device failed", "misc/ibvwrap.cc:230"),
+              *lines[3:]]
+    assert not only(findings_of(opened), "log-socket-fallback").fix.startswith("NCCL_IB_HCA")

@@ -71,6 +71,13 @@ def transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
     )
     if knob is not None:
         fix = f"unset {knob} (it keeps NCCL off RDMA), then " + fix
+    elif hca and not unopenable_devices and log.messages("no-device"):
+        # NCCL opened every device it listed and kept none: the filter matched nothing here
+        evidence.append(f"NCCL_IB_HCA={hca} is set and NET/IB found no device it allows")
+        fix = (f"NCCL_IB_HCA={hca} matched no RDMA device of these hosts: name devices that "
+               "`ibv_devices` lists on every node (a prefix matches, `=` asks for exact names, "
+               "`^` excludes, `:1` picks a port), or unset it; if no devices are listed, "
+               + fix)
     return [finding(
         CODE_SOCKET_FALLBACK, "error",
         f"NCCL fell back to TCP sockets on {len(socket_ranks)} process(es) although RDMA was "
