@@ -544,6 +544,10 @@ FINDING_LOGS: dict[str, tuple[list[str], str]] = {
     # src/misc/socket.cc:453 (v2.27.5-1), strerror(EMFILE)
     "log-open-files": ([warn("socketTryAccept: Accept failed: Too many open files",
                              "misc/socket.cc:453")], "error"),
+    # src/bootstrap.cc (v2.20.5-1) "Bootstrap : Using%s": two containers on Docker bridges
+    "log-shared-address": ([info("Bootstrap : Using eth0:172.17.0.2<0>"),
+                            info("Bootstrap : Using eth0:172.17.0.2<0>", host="node2")],
+                           "error"),
     "log-no-interface": ([warn("Bootstrap : no socket interface found", "bootstrap.cc:43")],
                          "error"),
     "log-nccl-error": ([info("init.cc:1110 -> 2"), info("group.cc:64 -> 2")], "error"),

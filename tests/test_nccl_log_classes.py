@@ -791,3 +791,26 @@ def test_an_ib_hca_filter_that_matched_nothing_is_named_in_the_fix() -> None:
     opened = [*lines[:3], warn("Call to ibv_open_device failed", "misc/ibvwrap.cc:230"),
               *lines[3:]]
     assert not only(findings_of(opened), "log-socket-fallback").fix.startswith("NCCL_IB_HCA")
+
+
+# "Bootstrap : Using%s": src/bootstrap.cc:56 (v2.20.5-1); socketStartConnect's "Connect to %s
+# failed : %s": src/misc/socket.cc:484 (v2.20.5-1)
+@pytest.mark.parametrize(("addresses", "expected"), [
+    (("172.17.0.2", "172.17.0.2"), True),  # two containers, each on its own Docker bridge
+    (("10.0.0.1", "10.0.0.2"), False),
+    (("127.0.0.1", "127.0.0.1"), False),  # loopback: the interface checks' business
+])
+def test_hosts_that_bootstrap_from_one_address_reach_themselves(
+        addresses: tuple[str, str], expected: bool) -> None:
+    lines = []
+    for (host, pid), address in zip((("node1", 100), ("node2", 200)), addresses, strict=True):
+        lines += [info(f"Bootstrap : Using eth0:{address}<0>", host, pid),
+                  info("NCCL version 2.20.5+cuda12.4", host, pid)]
+    lines += [warn(f"socketStartConnect: Connect to {addresses[0]}<45761> failed : Software "
+                   "caused connection abort", "misc/socket.cc:484", "node2", 200),
+              info("misc/socket.cc:565 -> 2", "node2", 200)]
+    findings = findings_of(lines)
+    assert ("log-shared-address" in codes(findings)) == expected
+    if expected:
+        assert findings[0].code == "log-shared-address" and findings[0].severity == "error"
+        assert "--network=host" in findings[0].fix and "172.17.0.2" in findings[0].title

@@ -178,6 +178,7 @@ Code = Literal[
     "log-shm-exhausted",
     "log-open-files",
     "log-init-unfinished",
+    "log-shared-address",
     "log-no-interface",
     "log-nccl-error",
     "log-nccl-warning",
@@ -513,6 +514,9 @@ CODES: dict[Code, CodeInfo] = {
     "log-open-files": CodeInfo("nccl-log", "error", "A process ran out of file descriptors"),
     "log-init-unfinished": CodeInfo(
         "nccl-log", "warning", "NCCL's initialisation started and did not finish in the log"
+    ),
+    "log-shared-address": CodeInfo(
+        "nccl-log", "error", "Several hosts bootstrap NCCL from the same address"
     ),
     "log-no-interface": CodeInfo("nccl-log", "error", "NCCL found no usable socket interface"),
     "log-nccl-error": CodeInfo("nccl-log", "error", "An NCCL call failed"),

@@ -59,9 +59,11 @@ from clusterenv.nccl_log.failures import (
 )
 from clusterenv.nccl_log.interfaces import (
     CODE_BOOTSTRAP_MANAGEMENT,
+    CODE_SHARED_ADDRESS,
     CODE_SOCKET_CHANNEL_UNROUTABLE,
     interface_checks,
     interface_concern,
+    shared_address_checks,
     socket_channel_checks,
 )
 from clusterenv.nccl_log.model import INTERNAL_NETWORKS, NcclLog
@@ -114,6 +116,7 @@ __all__ = [
     "CODE_PEER_CLOSED",
     "CODE_PLUGIN_FAILED",
     "CODE_PLUGIN_LOAD",
+    "CODE_SHARED_ADDRESS",
     "CODE_SHM_EXHAUSTED",
     "CODE_SOCKET_CHANNEL_UNROUTABLE",
     "CODE_SOCKET_FALLBACK",
@@ -131,6 +134,7 @@ CODES: tuple[str, ...] = codes_of("nccl-log")
 _CONDITIONS = (
     CODE_MIXED_LINK_LAYER,  # an error only when a failing ring goes through the odd port
     CODE_MIXED_RDMA_DRIVER,
+    CODE_SHARED_ADDRESS,
     CODE_SOCKET_CHANNEL_UNROUTABLE,
     CODE_IB_SETTING_RANGE,
     CODE_MIXED_VERSION,
@@ -178,6 +182,7 @@ def nccl_log_findings(
     reported = frozenset({"plugin"}) if plugin_failed or ofi else frozenset()
     conditions = [
         *transport_checks(log, expect_rdma),
+        *shared_address_checks(log),
         *socket_channel_checks(log),
         *interface_checks(log, tuple(management_interfaces), tuple(cluster_interfaces)),
         *compare_facts(log.ranks, connections=_connections(log), banners=log.banners),

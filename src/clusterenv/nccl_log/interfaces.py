@@ -14,6 +14,7 @@ from clusterenv.nccl_log.model import LogMessage, NcclLog, RankInfo, SocketEndpo
 
 __all__ = [
     "CODE_BOOTSTRAP_MANAGEMENT",
+    "CODE_SHARED_ADDRESS",
     "CODE_SOCKET_CHANNEL_UNROUTABLE",
     "IFNAME_FIX",
     "MAX_EVIDENCE",
@@ -23,11 +24,13 @@ __all__ = [
     "interface_concern",
     "labels",
     "quote",
+    "shared_address_checks",
     "socket_channel_checks",
 ]
 
 CODE_BOOTSTRAP_MANAGEMENT: Code = "log-bootstrap-management"
 CODE_SOCKET_CHANNEL_UNROUTABLE: Code = "log-socket-channel-unroutable"
+CODE_SHARED_ADDRESS: Code = "log-shared-address"
 MAX_EVIDENCE = 8
 #: ``10.65.0.3<43429>``, ``fe80::1%veth0<43429>``: a peer address with its port, as NCCL prints.
 PEER = re.compile(r"([0-9A-Fa-f.:]{3,45}(?:%[\w.-]{1,32})?)<([0-9]{1,5})>", re.ASCII)
@@ -307,3 +310,43 @@ def _bad_channels(
             entry[1].append(rank)
             entry[2].update((e.interface, None) for e in rank.socket_interfaces if _routable(e))
     return bad
+
+
+def shared_address_checks(log: NcclLog) -> list[Finding]:
+    """Hosts whose processes bootstrap from (or put their NET/IB out-of-band socket on) one and
+    the same address: each is a private address of its own container or NAT (every container on
+    a Docker bridge is 172.17.0.2), so a peer that connects to it reaches itself, not that host.
+    Loopback addresses are left to the interface checks."""
+    hosts: dict[str, dict[str, list[RankInfo]]] = {}
+    for rank in log.ranks:
+        if rank.host is None:
+            continue
+        for address in {rank.bootstrap_address, rank.oob.address if rank.oob else None}:
+            if address:
+                hosts.setdefault(address, {}).setdefault(rank.host, []).append(rank)
+    shared = {address: by_host for address, by_host in hosts.items()
+              if len(by_host) > 1 and not _loopback(address)}
+    if not shared:
+        return []
+    evidence = [f"{address}: {', '.join(sorted(by_host)[:MAX_EVIDENCE])}"
+                + (f" and {len(by_host) - MAX_EVIDENCE} more" if len(by_host) > MAX_EVIDENCE
+                   else "")
+                for address, by_host in sorted(shared.items())[:MAX_EVIDENCE]]
+    evidence.append("NCCL gives its peers the address it bootstraps from: one address on "
+                    "several hosts is a private one of each (a container's NAT), and a peer "
+                    "that connects to it reaches its own host")
+    address, by_host = next(iter(sorted(shared.items())))
+    return [finding(
+        CODE_SHARED_ADDRESS, "error",
+        f"{len(by_host)} hosts bootstrap NCCL from the same address {address} "
+        f"({', '.join(sorted(by_host)[:4])}{' ...' if len(by_host) > 4 else ''})",
+        evidence,
+        "run the containers in the host's network (docker --network=host, Kubernetes "
+        "hostNetwork: true, or a CNI that gives each an address the other hosts reach), and "
+        "set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to that interface on every node",
+    )]
+
+
+def _loopback(address: str) -> bool:
+    parsed = parse_ip(address)
+    return parsed is not None and parsed.is_loopback
