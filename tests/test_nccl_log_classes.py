@@ -814,3 +814,41 @@ def test_hosts_that_bootstrap_from_one_address_reach_themselves(
     if expected:
         assert findings[0].code == "log-shared-address" and findings[0].severity == "error"
         assert "--network=host" in findings[0].fix and "172.17.0.2" in findings[0].title
+
+
+# -- PyTorch's lines as its libraries print them ----------------------------------------------------
+
+def test_a_torch_message_that_runs_on_past_its_first_sentence_is_read() -> None:
+    # ProcessGroupNCCL.cpp HeartbeatMonitor::runLoop (pytorch@87602c5): the format the
+    # catalogue quotes is the message's first sentence; PyTorch appends its advice on the same
+    # line. The watchdog thread itself is blocked: not a collective that timed out
+    line = ("[rank3]:[E1207 10:00:00.000000 123 ProcessGroupNCCL.cpp:1400] [PG ID 0 PG GUID "
+            "0(default_pg) Rank 3] ProcessGroupNCCL's watchdog got stuck for 480 seconds without "
+            "making progress in monitoring enqueued collectives. This typically indicates a "
+            "NCCL/CUDA API hang blocking the watchdog.")
+    lead = findings_of([line])[0]
+    assert (lead.code, lead.severity) == ("log-nccl-message", "error")
+    assert "blocked inside a CUDA or NCCL call" in lead.fix
+
+
+def test_a_warning_of_c10_is_read_without_the_function_it_names() -> None:
+    # c10's warning handler (libc10.so: "Warning: ", " (function "), around Gloo's
+    # ProcessGroupGloo.cpp warning (pytorch@87602c5): Gloo falls back to loopback and goes on,
+    # which breaks a job of several nodes only: a warning, not an error
+    lines = ["[W ProcessGroupGloo.cpp:745] Warning: Unable to resolve hostname to a (local) "
+             "address. Using the loopback address as fallback. Manually set the network "
+             "interface to bind to with GLOO_SOCKET_IFNAME. (function operator())"]
+    found = only(findings_of(lines), "log-nccl-message")
+    assert found.severity == "warning" and "GLOO_SOCKET_IFNAME" in found.fix
+
+
+def test_a_cuda_error_in_the_watchdogs_exception_is_read_as_that_error() -> None:
+    # ProcessGroupNCCL.cpp (pytorch@87602c5) "Process group watchdog thread terminated with
+    # exception: %s", the exception being CUDA's "CUDA error: %s" (cudaGetErrorString of
+    # cudaErrorIllegalAddress): a kernel faulted, no collective timed out
+    lines = ["[rank0]:[E1207 10:00:00.000 123 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID "
+             "0(default_pg) Rank 0] Process group watchdog thread terminated with exception: "
+             "CUDA error: an illegal memory access was encountered"]
+    lead = findings_of(lines)[0]
+    assert lead.fix.startswith("rerun with CUDA_LAUNCH_BLOCKING=1")
+    assert any("cudaErrorIllegalAddress" in e for e in lead.evidence)

@@ -37,12 +37,15 @@ class TorchMessage:
         cls: Its class in ``tools/nccl_message_rules.py``.
         format: The text with ``%s``/``%d`` for inserted values.
         origin: Repository, commit and file/function it is quoted from.
+        returns: ``"continues"`` for a warning after which PyTorch goes on (``TORCH_WARN``:
+            Gloo falling back to loopback), ``""`` for a failure that raises or aborts.
     """
 
     level: str
     cls: str
     format: str
     origin: str
+    returns: str = ""
 
 
 TORCH_MESSAGES: tuple[TorchMessage, ...] = (
@@ -121,7 +124,7 @@ TORCH_MESSAGES: tuple[TorchMessage, ...] = (
                  f"{_P} ProcessGroupGloo.cpp"),
     TorchMessage("W", "gloo", "Unable to resolve hostname to a (local) address. Using the "
                  "loopback address as fallback. Manually set the network interface to bind to "
-                 "with GLOO_SOCKET_IFNAME.", f"{_P} ProcessGroupGloo.cpp"),
+                 "with GLOO_SOCKET_IFNAME.", f"{_P} ProcessGroupGloo.cpp", "continues"),
     TorchMessage("W", "gloo", "Connection closed by peer %s", f"{_G} pair.cc Pair::read"),
     TorchMessage("W", "gloo", "Timed out waiting %dms for recv operation to complete",
                  f"{_G2} unbound_buffer.cc"),

@@ -329,6 +329,15 @@ OVERRIDES: dict[str, Override] = {
                "--nnodes, --nproc-per-node) or two of them with the same RANK: give each job "
                "its own port or NCCL_COMM_ID, and start every node with the same world size "
                "and distinct ranks"),
+    r"^ProcessGroupNCCL's watchdog got stuck for %d seconds": Override(
+        "torch-watchdog",
+        "PyTorch's heartbeat monitor reports the watchdog thread itself blocked, not a "
+        "collective that timed out (HeartbeatMonitor::runLoop, ProcessGroupNCCL.cpp)",
+        causes="the watchdog thread is blocked inside a CUDA or NCCL call: a GPU or driver that "
+               "hangs (Xid errors in `dmesg`, `nvidia-smi` not answering), an NCCL abort that "
+               "hangs after an earlier failure (read the first error before it), or another "
+               "thread holding the GIL inside a CUDA call; TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC "
+               "only moves the abort later"),
     r"Plugin load (?:\(%s\) )?returned %d : %s": Override(
         "net-plugin",
         "an INFO line, but its dlopen error is the cause of a later `network ... not found` or "

@@ -330,6 +330,9 @@ def _torch_entries(messages: list[dict[str, object]], torch: dict[str, str] | No
             "format": message.format, "regex": format_to_regex(message.format),
             "origins": [[message.origin, 0, 0, 0, 0]],
         }
+        if message.returns:
+            record["returns"] = message.returns
+        _apply_override(record, message.format)
         if torch is not None:
             pieces = [p for p in re.split(r"%[-0-9.]*[a-z]", message.format) if len(p) >= 12]
             if pieces and all(p.strip() in torch["strings"] for p in pieces):

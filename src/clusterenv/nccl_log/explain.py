@@ -14,6 +14,7 @@ import re
 
 from clusterenv.findings import Code, Finding, Severity
 from clusterenv.nccl_log.catalogue import MessageClass, catalogue_classes, lookup_message
+from clusterenv.nccl_log.cuda import cuda_error, cuda_reading
 from clusterenv.nccl_log.interfaces import finding, quote
 from clusterenv.nccl_log.model import LogMessage, NcclLog
 
@@ -62,6 +63,21 @@ _FIXES = {
                    "process hosting the store (rank 0 or the launcher) is alive",
     "gloo": "set GLOO_SOCKET_IFNAME to the cluster interface on every node",
 }
+
+
+def _continues(message: LogMessage) -> bool:
+    match = lookup_message(message.text)
+    return match is not None and match.returns == "continues"
+
+
+def _cuda(group: list[LogMessage]) -> tuple[str, str] | None:
+    """``(evidence, fix)`` from the first CUDA error with a reading that a message of
+    ``group`` carries (``CUDA error: out of memory``), or None."""
+    for message in group:
+        error = cuda_error(message.text)
+        if error is not None and (reading := cuda_reading(error)) is not None:
+            return f"CUDA's error: {error.name} ({error.text}): {reading[0]}", reading[1]
+    return None
 
 
 def _own_causes(group: list[LogMessage], cls: MessageClass | None) -> str:
@@ -118,7 +134,9 @@ def _label(cls: MessageClass | None, name: str) -> str:
 
 def _severity(messages: list[LogMessage], log: NcclLog, cls: str | None) -> Severity:
     if cls in _STOPPED:
-        return "error"
+        # a failure PyTorch raised, unless every message is a warning it goes on after (Gloo
+        # falling back to loopback: a multi-node job then fails, one node works)
+        return "warning" if all(_continues(m) for m in messages) else "error"
     failed = {f"{r.host or '?'}:{r.pid}" for r in log.ranks if r.failure and r.pid is not None}
     has_chains = any(m.kind == "error-trace" for m in log.errors)
     for message in messages:
@@ -167,6 +185,11 @@ def explain_checks(log: NcclLog, *, reported: frozenset[str] = frozenset(),
         causes = own or (cls.causes if cls else "see the message")
         fix = f"usual causes: {causes}" + (f"; {_FIXES[name]}" if name in _FIXES and not own
                                            else "")
+        if (cuda := _cuda(group)) is not None:
+            # the CUDA error the message carries says more than its class (the watchdog's
+            # "CUDA error: an illegal memory access was encountered" is a kernel that faulted)
+            evidence.append(cuda[0])
+            fix = f"{cuda[1]}; otherwise, {fix}"
         if name == "torch-watchdog" and (behind := _behind(group)) is not None:
             evidence.append(behind[0])
             fix = f"{behind[1]}; {fix}"

@@ -45,6 +45,9 @@ _DECORATION = re.compile(
     r"[\w.]{0,100}(?:Error|Exception|Warning): |\[[^\]]{0,300}\.(?:cc|cpp|h):[0-9]{1,6}\] )",
     _A,
 )
+# What c10's warning handler appends to a warning: " (function operator())" (c10/util/Logging.cpp,
+# the warning's source location).
+_FUNCTION_SUFFIX = re.compile(r"\s\(function [\w:<>~ ,*&]{1,200}(?:\(\))?\)$", _A)
 # Where a message may begin inside a line, after the decorations: after these separators.
 _STARTS = re.compile(r": |\] ", _A)
 _MAX_STARTS = 6
@@ -85,6 +88,9 @@ def _undecorated(line: str) -> list[str]:
             break
         text = text[found.end() :].strip()
         texts.append(text)
+    suffix = _FUNCTION_SUFFIX.search(text)
+    if suffix is not None:
+        texts.append(text[: suffix.start()])
     return texts
 
 
@@ -105,6 +111,11 @@ def _lookup(texts: list[str]) -> tuple[str, CatalogueMatch] | None:
         if len(candidate) < 8:
             continue
         match = lookup_message(candidate, warning=True)
+        if match is None and (end := candidate.find(". ")) > 0:
+            # PyTorch's messages run on past the sentence its source starts them with (the
+            # heartbeat monitor's "... enqueued collectives. This typically indicates ...")
+            candidate = candidate[: end + 1]
+            match = lookup_message(candidate, warning=True)
         if match is not None and match.level != "I":
             return candidate, match
     return None
