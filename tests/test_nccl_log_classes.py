@@ -816,7 +816,7 @@ def test_hosts_that_bootstrap_from_one_address_reach_themselves(
         assert "--network=host" in findings[0].fix and "172.17.0.2" in findings[0].title
 
 
-# -- PyTorch's lines as its libraries print them ----------------------------------------------------
+# -- PyTorch's lines as its libraries print them ------------------------------------------------
 
 def test_a_torch_message_that_runs_on_past_its_first_sentence_is_read() -> None:
     # ProcessGroupNCCL.cpp HeartbeatMonitor::runLoop (pytorch@87602c5): the format the

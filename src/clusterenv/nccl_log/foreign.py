@@ -107,14 +107,15 @@ def _lookup(texts: list[str]) -> tuple[str, CatalogueMatch] | None:
         if len(candidates) > _MAX_STARTS:
             break
         candidates.append(text[found.end() :])
-    for candidate in (c.strip() for c in candidates):
-        if len(candidate) < 8:
+    for whole in (c.strip() for c in candidates):
+        if len(whole) < 8:
             continue
+        candidate = whole
         match = lookup_message(candidate, warning=True)
-        if match is None and (end := candidate.find(". ")) > 0:
+        if match is None and (end := whole.find(". ")) > 0:
             # PyTorch's messages run on past the sentence its source starts them with (the
             # heartbeat monitor's "... enqueued collectives. This typically indicates ...")
-            candidate = candidate[: end + 1]
+            candidate = whole[: end + 1]
             match = lookup_message(candidate, warning=True)
         if match is not None and match.level != "I":
             return candidate, match
