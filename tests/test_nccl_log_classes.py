@@ -852,3 +852,14 @@ def test_a_cuda_error_in_the_watchdogs_exception_is_read_as_that_error() -> None
     lead = findings_of(lines)[0]
     assert lead.fix.startswith("rerun with CUDA_LAUNCH_BLOCKING=1")
     assert any("cudaErrorIllegalAddress" in e for e in lead.evidence)
+
+
+def test_a_torch_message_of_two_sentences_is_read_with_what_follows_them() -> None:
+    # WorkNCCL::handleException (pytorch@87602c5): two sentences catalogued, then PyTorch's
+    # next sentence on the same line
+    line = ("[rank1]:[E1207 10:00:00.000 77 ProcessGroupNCCL.cpp:621] [Rank 1] Some NCCL "
+            "operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, "
+            "subsequent GPU operations might run on corrupted/incomplete data. To avoid data "
+            "inconsistency, we are taking the entire process down.")
+    log = parse_nccl_log([line])
+    assert [m.cls for m in log.errors] == ["torch-watchdog"]

@@ -112,11 +112,15 @@ def _lookup(texts: list[str]) -> tuple[str, CatalogueMatch] | None:
             continue
         candidate = whole
         match = lookup_message(candidate, warning=True)
-        if match is None and (end := whole.find(". ")) > 0:
-            # PyTorch's messages run on past the sentence its source starts them with (the
+        end = whole.find(". ")
+        for _ in range(4):
+            if match is not None or end < 0:
+                break
+            # PyTorch's messages run on past the sentences its source starts them with (the
             # heartbeat monitor's "... enqueued collectives. This typically indicates ...")
             candidate = whole[: end + 1]
             match = lookup_message(candidate, warning=True)
+            end = whole.find(". ", end + 2)
         if match is not None and match.level != "I":
             return candidate, match
     return None
