@@ -863,3 +863,29 @@ def test_a_torch_message_of_two_sentences_is_read_with_what_follows_them() -> No
             "inconsistency, we are taking the entire process down.")
     log = parse_nccl_log([line])
     assert [m.cls for m in log.errors] == ["torch-watchdog"]
+
+
+# src/misc/ibvwrap.cc (v2.21.5-1): "Call to " name " failed with error %s errno %d", printed at
+# INFO by one wrapper (:56) and as a WARN by another (:60, :71); ibv_reg_mr_iova2's (:169)
+# fails the call with ncclSystemError
+def test_a_warning_is_matched_to_the_warn_of_a_format_also_printed_at_info() -> None:
+    match = lookup_message("Call to ibv_reg_mr_iova2 failed with error Bad address errno 14")
+    assert match is not None and match.level == "W" and match.fails
+
+
+def test_a_registration_the_driver_refused_is_gpudirect_not_the_memlock_limit() -> None:
+    lines = [info("NCCL version 2.21.5+cuda12.4"),
+             info("NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>"),
+             info("Using network IB"),
+             info("Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA"),
+             warn("Call to ibv_reg_mr_iova2 failed with error Bad address errno 14",
+                  "misc/ibvwrap.cc:169"),
+             info("transport/net_ib.cc:1100 -> 2"), info("proxy.cc:1200 -> 2")]
+    findings = findings_of(lines)
+    lead = findings[0]
+    assert (lead.code, lead.severity) == ("log-nccl-message", "error")
+    assert "nvidia_peermem" in lead.fix and "log-ib-memlock" not in codes(findings)
+    # refused for memory, it is the locked-memory limit
+    memory = [*lines[:4], warn("Call to ibv_reg_mr_iova2 failed with error Cannot allocate "
+                               "memory errno 12", "misc/ibvwrap.cc:169"), *lines[5:]]
+    assert findings_of(memory)[0].code == "log-ib-memlock"

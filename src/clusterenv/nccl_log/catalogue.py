@@ -144,7 +144,10 @@ class _Index:
         self.starts = {key[:3] for table in self.by_prefix.values() for key in table}
 
     def match(self, text: str) -> tuple[_Entry, re.Match[str]] | None:
-        """The entry with the most fixed text that matches all of ``text``."""
+        """The entry with the most fixed text that matches all of ``text``; of entries with as
+        much, a WARN's (one format printed at WARN by one file and at INFO by another, as
+        ``Call to %s failed with error %s errno %d``: a line that matches both is far more
+        often the WARN)."""
         groups: list[list[_Entry]] = [e for needle, e in self.leading.items() if needle in text]
         if text[:3] in self.starts:
             for size in self.sizes:
@@ -155,8 +158,9 @@ class _Index:
         floor = -1
         for entries in groups:
             for entry in entries:
-                if entry.literal > floor and (matched := entry.match(text)) is not None:
-                    best, floor = (entry, matched), entry.literal
+                rank = 2 * entry.literal + (entry.fields[1] == "W")
+                if rank > floor and (matched := entry.match(text)) is not None:
+                    best, floor = (entry, matched), rank
         return best
 
 

@@ -70,6 +70,29 @@ def _continues(message: LogMessage) -> bool:
     return match is not None and match.returns == "continues"
 
 
+# A memory registration with the HCA (ibv_reg_mr, ibv_reg_mr_iova2, ibv_reg_dmabuf_mr) refused
+# for another reason than memory (ENOMEM is the locked-memory limit, read by its own check):
+# glibc's strerror of EFAULT, EINVAL, EOPNOTSUPP, EPERM
+_REFUSED = re.compile(r"ibv_reg_\w{0,20}mr\w{0,20}\b.{0,200}?(Bad address|Invalid argument|"
+                      r"Operation not supported|Operation not permitted)", re.ASCII)
+
+
+def _registration(group: list[LogMessage]) -> tuple[str, str] | None:
+    """``(evidence, fix)`` when a message of ``group`` is a memory registration the RDMA driver
+    refused (``Call to ibv_reg_mr_iova2 failed with error Bad address``): NCCL registers GPU
+    memory for GPUDirect RDMA, which needs a peer-memory client or DMA-BUF."""
+    for message in group:
+        if (match := _REFUSED.search(message.text)) is not None:
+            return (f"the RDMA driver refused to register memory ({match.group(1)}): with "
+                    "GPUDirect RDMA that memory is the GPU's, which the HCA can only map "
+                    "through nvidia_peermem or DMA-BUF",
+                    "load nvidia_peermem on every node (`modprobe nvidia_peermem`; "
+                    "/sys/module/nvidia_peermem), or use the open GPU kernel module so NCCL "
+                    "can use DMA-BUF; to confirm, run once with GPUDirect RDMA off "
+                    "(NCCL_NET_GDR_LEVEL=LOC)")
+    return None
+
+
 def _cuda(group: list[LogMessage]) -> tuple[str, str] | None:
     """``(evidence, fix)`` from the first CUDA error with a reading that a message of
     ``group`` carries (``CUDA error: out of memory``), or None."""
@@ -185,6 +208,9 @@ def explain_checks(log: NcclLog, *, reported: frozenset[str] = frozenset(),
         causes = own or (cls.causes if cls else "see the message")
         fix = f"usual causes: {causes}" + (f"; {_FIXES[name]}" if name in _FIXES and not own
                                            else "")
+        if (refused := _registration(group)) is not None:
+            evidence.append(refused[0])
+            fix = f"{refused[1]}; otherwise, {fix}"
         if (cuda := _cuda(group)) is not None:
             # the CUDA error the message carries says more than its class (the watchdog's
             # "CUDA error: an illegal memory access was encountered" is a kernel that faulted)

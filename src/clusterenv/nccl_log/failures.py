@@ -277,9 +277,6 @@ def resource_checks(log: NcclLog) -> list[Finding]:
     findings = []
     for kind, code, title, fix in _RESOURCES:
         messages = log.messages(kind)
-        if kind == "memlock":  # only a registration that failed for memory is the memlock limit
-            messages = tuple(m for m in messages if "Cannot allocate memory" in m.text
-                             or "RLIMIT_MEMLOCK" in m.text)
         if messages:
             evidence = quote(messages)
             if kind == "no-interface" and "NCCL_SOCKET_IFNAME" in log.env:

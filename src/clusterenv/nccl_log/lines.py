@@ -79,7 +79,10 @@ FI_EMPTY = re.compile(
 # The first matching rule names what a WARN (or notable INFO) line is about, for the checks
 # that read one kind of failure closely (the catalogue classes every message more broadly).
 _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("memlock", re.compile(r"ibv_reg_mr|RLIMIT_MEMLOCK")),
+    # a registration refused for memory (ENOMEM): the locked-memory limit; one refused for
+    # another reason (EFAULT on GPU memory) is read by its class
+    ("memlock", re.compile(r"ibv_reg_\w{0,20}mr\w{0,20}\b.{0,200}?Cannot allocate memory|"
+                           r"RLIMIT_MEMLOCK")),
     ("ibverbs", re.compile(r"ibv_open_device|libibverbs|Unable to open device|ibv_get_device")),
     # "Got completion from peer 10.1.1.2<46045> with error 12" (NCCL <= 2.22), "... with
     # status=12" / "status=transport retry counter exceeded(12)" (newer); IBV_WC_* names
