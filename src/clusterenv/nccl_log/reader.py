@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from clusterenv.errors import DiscoveryError
+from clusterenv.nccl_log.ansi import PlainStream, plain_lines
 from clusterenv.nccl_log.blocks import parse_stream
 from clusterenv.nccl_log.model import NcclLog
 from clusterenv.nccl_log.parse import parse_lines
@@ -22,8 +23,8 @@ def parse_nccl_log(lines: Iterable[str]) -> NcclLog:
 
     Lines without an ``NCCL INFO`` / ``NCCL WARN`` marker are skipped, except the failure lines
     of the programs around NCCL (PyTorch's exception block and watchdog, nccl-tests,
-    libibverbs, NCCL's older formats), which are kept as errors; nothing in the input makes
-    this raise.
+    libibverbs, NCCL's older formats), which are kept as errors; terminal escape sequences
+    (colours) are removed first; nothing in the input makes this raise.
 
     Args:
         lines: The log, e.g. an open file or ``text.splitlines()``.
@@ -31,7 +32,7 @@ def parse_nccl_log(lines: Iterable[str]) -> NcclLog:
     Returns:
         What NCCL reported, e.g. ``NcclLog(version="2.27.5", transports=("IB",), ...)``.
     """
-    return parse_lines(lines)
+    return parse_lines(plain_lines(lines))
 
 
 def read_nccl_log(source: str | os.PathLike[str] | IO[str] | IO[bytes]) -> NcclLog:
@@ -56,16 +57,16 @@ def read_nccl_log(source: str | os.PathLike[str] | IO[str] | IO[bytes]) -> NcclL
             stream = io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
         name = str(getattr(source, "name", "<stream>"))
         try:
-            return parse_stream(stream)
+            return parse_stream(PlainStream(stream))
         except (OSError, EOFError) as e:
             raise _unreadable(name, e) from e
     path = os.fspath(source)
     try:
         if str(path).endswith(".gz"):
             with gzip.open(path, "rt", encoding="utf-8", errors="replace") as handle:
-                return parse_stream(handle)
+                return parse_stream(PlainStream(handle))
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return parse_stream(handle)
+            return parse_stream(PlainStream(handle))
     except (OSError, EOFError) as e:
         raise _unreadable(str(path), e) from e
 
