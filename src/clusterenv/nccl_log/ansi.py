@@ -45,7 +45,7 @@ class PlainStream:
     def read(self, size: int = -1) -> str:
         """Up to about ``size`` characters of the text, escapes removed; "" only at its end."""
         while True:
-            data = self._stream.read(size)
+            data: str = self._stream.read(size)
             text, self._carry = self._carry + data, ""
             if "\x1b" not in text:
                 return text
