@@ -889,3 +889,19 @@ def test_a_registration_the_driver_refused_is_gpudirect_not_the_memlock_limit() 
     memory = [*lines[:4], warn("Call to ibv_reg_mr_iova2 failed with error Cannot allocate "
                                "memory errno 12", "misc/ibvwrap.cc:169"), *lines[5:]]
     assert findings_of(memory)[0].code == "log-ib-memlock"
+
+
+def test_a_communicator_that_hangs_beside_one_that_finished_is_reported() -> None:
+    # src/init.cc (v2.27.5-1) "%s comm %p rank %d nranks %d ... - Init START" / "Init COMPLETE":
+    # a process creates its communicators one after another, and may start the next (a
+    # subgroup's) before the log shows the first one finish; the pointer tells them apart
+    def init(comm: str, end: str) -> str:
+        return info(f"ncclCommInitRank comm {comm} rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId "
+                    f"1000 commId 0xabc - Init {end}", host="a", pid=1)
+
+    lines = [info("Bootstrap : Using ens1:10.0.0.2<0>", host="a", pid=1),
+             init("0x5501", "START"), init("0x5502", "START"), init("0x5501", "COMPLETE")]
+    log = parse_nccl_log(lines)
+    assert log.init_unfinished == (("a:1", 3),)
+    assert "log-init-unfinished" in codes(nccl_log_findings(log))
+    assert parse_nccl_log([*lines, init("0x5502", "COMPLETE")]).init_unfinished == ()

@@ -67,6 +67,7 @@ _CHANNEL_NET = re.compile(
 _COMM = re.compile(r"\brank ([0-9]{1,7}) n[Rr]anks ([0-9]{1,7})", _A)
 _NRANKS = re.compile(r"\bn[Rr]anks[ =:]{1,3}([0-9]{1,7})\b", _A)
 _NNODES = re.compile(r"\bnNodes ([0-9]{1,6})", _A)
+_POINTER = re.compile(r"\bcomm (0x[0-9a-fA-F]{1,16})\b", _A)
 _DMABUF = re.compile(r"DMA-BUF is available on GPU device ([0-9]{1,3})", _A)
 _DRIVER = re.compile(r"cudaDriverVersion ([0-9]{1,9})", _A)
 _LOADED_PLUGIN = re.compile(r"Loaded (?:net|NET) plugin (.{1,64}?)(?: \(v[0-9]{1,3}\))?\.?$", _A)
@@ -304,13 +305,16 @@ def _comm(msg: str) -> Fact | None:
     alone = None if ranks or "anks" not in msg else _NRANKS.search(msg)  # NCCL 2.4: no "rank N"
     if ranks is None and nodes is None and alone is None:
         return _progress(msg)
+    complete, start = "Init COMPLETE" in msg, "Init START" in msg  # START: 2.18 and later
+    pointer = _POINTER.search(msg) if complete or start else None
     return (
         "comm",
         int(ranks.group(1)) if ranks else None,
         int(ranks.group(2)) if ranks else int(alone.group(1)) if alone else None,
         int(nodes.group(1)) if nodes else None,
-        "Init COMPLETE" in msg,
-        "Init START" in msg,  # NCCL 2.18 and later (src/init.cc)
+        complete,
+        start,
+        pointer.group(1) if pointer else None,  # which communicator (src/init.cc: "comm %p")
     )
 
 

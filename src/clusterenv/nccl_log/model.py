@@ -328,10 +328,11 @@ class NcclLog:
             watchdog, nccl-tests, libibverbs, NCCL's own older formats).
         banners: ``NCCL version`` banners printed without a host prefix (``NCCL_DEBUG=VERSION``
             or ``WARN``), as ``(version, line number)``; one per process that printed it.
-        init_unfinished: Processes whose last ``ncclCommInitRank`` printed ``Init START`` (NCCL
-            2.18 and later) and, after it, neither ``Init COMPLETE`` nor an error, as
-            ``(process, line of Init START)``, e.g. ``(("node1:4242", 12),)``: stuck in it, or the
-            log ends there.
+        init_unfinished: Processes with a communicator whose ``ncclCommInitRank`` printed
+            ``Init START`` (NCCL 2.18 and later) and, after it, neither that communicator's
+            ``Init COMPLETE`` (by the ``comm 0x...`` pointer) nor an error, as ``(process, line
+            of Init START)``, e.g. ``(("node1:4242", 12),)``: stuck in it, or the log ends
+            there.
         init_complete: Processes whose last ``ncclCommInitRank`` printed ``Init COMPLETE``.
     """
 

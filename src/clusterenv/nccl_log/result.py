@@ -85,7 +85,7 @@ def log_of(state: FactOps, lines_read: int, lines_matched: int) -> NcclLog:
         lines_read=lines_read,
         lines_matched=lines_matched,
         banners=tuple(state.banners[:64]),
-        init_unfinished=tuple((p.key, p.init_start) for p in procs if p.init_unfinished()),
+        init_unfinished=tuple((p.key, line) for p in procs if (line := p.unfinished_init())),
         init_complete=sum(1 for p in procs if p.init_done and p.init_done >= p.init_start),
     )
 

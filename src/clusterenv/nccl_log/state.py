@@ -44,7 +44,7 @@ class Process:
     __slots__ = (
         "bootstrap", "chain", "channel_devices", "channel_net", "cuda_device", "devices",
         "driver", "env", "first_line", "gdr_channels", "host", "inferred", "init_done",
-        "init_start", "key", "net_channels",
+        "init_start", "inits", "key", "net_channels",
         "network", "nranks", "oob", "pid", "plugin", "plugin_error", "plugin_net",
         "plugin_rejected", "progress_line", "rank", "socket_ifs", "trace_code", "trace_line",
         "version",
@@ -83,6 +83,9 @@ class Process:
         # the last "Init START" and "Init COMPLETE" of ncclCommInitRank it printed (lines)
         self.init_start = 0
         self.init_done = 0
+        # the communicators (by the pointer NCCL prints) whose Init START has no Init COMPLETE
+        # yet, with the line of the START: one may hang while another of the process finished
+        self.inits: dict[str, int] = {}
 
     def has_facts(self) -> bool:
         return self.pid is not None or bool(
@@ -90,11 +93,18 @@ class Process:
             or self.version or self.devices or self.plugin or self.channel_net or self.chain
         )
 
-    def init_unfinished(self) -> bool:
-        """Whether its last ``ncclCommInitRank`` started and the log shows neither its end nor
-        an error after the start."""
-        return (self.init_start > self.init_done
-                and not (self.failure() is not None and self.trace_line > self.init_start))
+    def unfinished_init(self) -> int:
+        """The line of the first ``Init START`` of a communicator of this process after which
+        the log shows neither its ``Init COMPLETE`` nor an error; 0 when there is none.
+
+        Communicators are told apart by the pointer NCCL prints (``comm 0x...``); without one,
+        the last start is compared with the last completion."""
+        start = min(self.inits.values(), default=0)
+        if not start and self.init_start > self.init_done:
+            start = self.init_start
+        if not start or (self.failure() is not None and self.trace_line > start):
+            return 0
+        return start
 
     def failure(self) -> str | None:
         """The return chain that ended its call: one after which nothing shows NCCL went on."""
@@ -287,11 +297,15 @@ class FactOps:
         proc.progress_line = max(proc.progress_line, number)
 
     def _op_comm(self, proc: Process, msg: str, number: int, fact: Fact, times: int = 1) -> None:
-        _, rank, nranks, nnodes, complete, start = fact
-        if start and number > proc.init_start:
-            proc.init_start = number
-        if complete and number > proc.init_done:
-            proc.init_done = number
+        _, rank, nranks, nnodes, complete, start, pointer = fact
+        if start:
+            proc.init_start = max(proc.init_start, number)
+            if pointer is not None:
+                proc.inits[pointer] = number
+        if complete:
+            proc.init_done = max(proc.init_done, number)
+            if pointer is not None and proc.inits.get(pointer, number + 1) <= number:
+                del proc.inits[pointer]
         if rank is not None and proc.rank is None:
             proc.rank, proc.nranks = rank, nranks
         if nranks is not None:
