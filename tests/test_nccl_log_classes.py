@@ -905,3 +905,16 @@ def test_a_communicator_that_hangs_beside_one_that_finished_is_reported() -> Non
     assert log.init_unfinished == (("a:1", 3),)
     assert "log-init-unfinished" in codes(nccl_log_findings(log))
     assert parse_nccl_log([*lines, init("0x5502", "COMPLETE")]).init_unfinished == ()
+
+
+def test_a_cuda_error_with_a_reading_leads_over_the_file_it_happened_in() -> None:
+    # src/transport/nvls.cc (v2.27.5-1) allocates NVLink SHARP's buffers with CUCHECK; an out of
+    # memory there ("Cuda failure %d '%s'", src/include/cudawrap.h:34) is memory, not the
+    # fabric manager that an unsupported operation in the same file points at
+    lines = [info("NCCL version 2.27.5+cuda12.9"),
+             warn("Cuda failure 2 'out of memory'", "transport/nvls.cc:58"),
+             info("transport/nvls.cc:245 -> 1"), info("init.cc:1620 -> 1")]
+    fatal = only(findings_of(lines), "log-nccl-error")
+    assert fatal.fix.startswith("check what holds the GPU's memory")
+    assert "NCCL_NVLS_ENABLE=0" in fatal.fix and "fabric manager" not in fatal.fix
+    assert any(e.startswith("where it failed: transport/nvls.cc:245") for e in fatal.evidence)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["CudaError", "cuda_error", "cuda_reading"]
+__all__ = ["CudaError", "cuda_error", "cuda_reading", "reading_is_the_operations"]
 
 _FAILURE = re.compile(
     r"(?:Cuda|CUDA) failure (?:([0-9]{1,4}) )?'([^']{1,200})'|CUDA error: ([^\n]{1,200})", re.ASCII
@@ -72,7 +72,8 @@ _READINGS: dict[str, tuple[str, str]] = {
         "CUDA could not allocate memory (the GPU's, or pinned host memory)",
         "check what holds the GPU's memory (`nvidia-smi`: other processes on that GPU, two ranks "
         "on one GPU) and leave NCCL room (a smaller batch or model shard); NCCL's own buffers "
-        "grow with NCCL_BUFFSIZE and the number of channels"),
+        "grow with NCCL_BUFFSIZE and the number of channels, and NVLink SHARP adds its own "
+        "(NCCL_NVLS_ENABLE=0 leaves them out)"),
     "cudaErrorInitializationError": (
         "CUDA could not initialise in this process (no driver loaded, a process forked after "
         "CUDA started, or a GPU in a bad state)",
@@ -129,3 +130,15 @@ def cuda_reading(error: CudaError) -> tuple[str, str] | None:
     """What ``error`` usually means for an NCCL job and what to do: ``(cause, fix)``; None for
     an error without a reading of its own."""
     return _READINGS.get(error.name)
+
+
+# Errors whose meaning depends on the operation that failed (what is not supported is the
+# call's): where NCCL failed says more than the error.
+_OF_THE_OPERATION = frozenset({"cudaErrorNotSupported"})
+
+
+def reading_is_the_operations(error: CudaError) -> bool:
+    """Whether the operation that failed (the file NCCL failed in) reads ``error`` better than
+    its own reading does; False for errors of the process or the GPU (out of memory, an invalid
+    device, a fault)."""
+    return error.name in _OF_THE_OPERATION

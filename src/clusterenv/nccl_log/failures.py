@@ -13,7 +13,7 @@ import re
 
 from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.catalogue import catalogue_classes, source_class
-from clusterenv.nccl_log.cuda import cuda_error, cuda_reading
+from clusterenv.nccl_log.cuda import cuda_error, cuda_reading, reading_is_the_operations
 from clusterenv.nccl_log.explain import class_fix
 from clusterenv.nccl_log.interfaces import (
     IFNAME_FIX,
@@ -401,12 +401,21 @@ def fatal_checks(log: NcclLog) -> list[Finding]:
     # call), else the warning the failing process printed last before its chain
     first_message = fatal[0] if fatal else None
     steps = [r.failure.split(" ", 1)[0] for r in chains[:1] if r.failure]
-    readings: list[tuple[str, str] | None] = [
-        (f"where it failed: {step}: {cls.meaning}", reading)
-        for step in steps if (cls := source_class(step)) and (reading := class_fix(cls))]
+    # a CUDA error of the process or the GPU (out of memory, an invalid device) says more than
+    # the file it happened in; one of the operation (not supported) says less
     error = cuda_error(first_message.text) if first_message is not None else None
-    if error is not None and (cuda := cuda_reading(error)) is not None:
-        readings.append((f"CUDA's error: {error.name} ({error.text}): {cuda[0]}", cuda[1]))
+    cuda = cuda_reading(error) if error is not None else None
+    by_error = [] if error is None or cuda is None else [
+        (f"CUDA's error: {error.name} ({error.text}): {cuda[0]}", cuda[1])]
+    places = [(step, cls) for step in steps if (cls := source_class(step))]
+    by_place = [(f"where it failed: {step}: {cls.meaning}", reading)
+                for step, cls in places if (reading := class_fix(cls))]
+    readings: list[tuple[str, str] | None] = []
+    if by_error and error is not None and not reading_is_the_operations(error):
+        readings += by_error
+        if places:
+            evidence.append(f"where it failed: {places[0][0]}: {places[0][1].meaning}")
+    readings += [*by_place, *by_error]
     if first_message is not None and (cls := catalogue_classes().get(first_message.cls or "")):
         reading = class_fix(cls)
         readings.append((f"what failed: {cls.meaning}", reading) if reading else None)
