@@ -918,3 +918,25 @@ def test_a_cuda_error_with_a_reading_leads_over_the_file_it_happened_in() -> Non
     assert fatal.fix.startswith("check what holds the GPU's memory")
     assert "NCCL_NVLS_ENABLE=0" in fatal.fix and "fabric manager" not in fatal.fix
     assert any(e.startswith("where it failed: transport/nvls.cc:245") for e in fatal.evidence)
+
+
+@pytest.mark.parametrize(("event", "named"), [
+    ("port error", True),  # IBV_EVENT_PORT_ERR (rdma-core libibverbs/enum_strs.c)
+    ("local catastrophic error", True),  # IBV_EVENT_DEVICE_FATAL
+    ("GID table change", False),  # IBV_EVENT_GID_CHANGE: a change, not a failure
+])
+def test_a_port_that_failed_before_completion_errors_is_checked_first(event: str,
+                                                                       named: bool) -> None:
+    # src/transport/net_ib.cc:103 (v2.22.3-1) "NET/IB : %s:%d Got async event : %s", then the
+    # completion error of a queue pair on that port, :1984 "NET/IB: Got completion from peer
+    # %s with status=%d opcode=%d len=%d vendor err %d (%s)%s%s%s%s hca %s"
+    lines = [info("NCCL version 2.22.3+cuda12.6"),
+             info("NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>"),
+             warn(f"NET/IB : mlx5_0:1 Got async event : {event}", "transport/net_ib.cc:103"),
+             warn("NET/IB: Got completion from peer 10.0.0.2<45000> with status=12 opcode=0 "
+                  "len=0 vendor err 129 (Send) localGid ::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2 "
+                  "hca mlx5_0", "transport/net_ib.cc:1984"),
+             info("transport/net.cc:1200 -> 6")]
+    completion = only(findings_of(lines), "log-ib-completion-error")
+    assert completion.fix.startswith("an RDMA port reported an event first") == named
+    assert any(f"async event : {event}" in e for e in completion.evidence) == named

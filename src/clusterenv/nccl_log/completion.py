@@ -219,6 +219,34 @@ def _earliest_failure(log: NcclLog) -> int:
     return min(lines, default=0)
 
 
+# NCCL's async-event thread (src/transport/net_ib.cc "NET/IB : %s:%d Got async event : %s",
+# 2.29's ".../common.cc" "Got non-fatal async event: %s(%d)"): ibv_event_type_str's text
+_ASYNC = re.compile(r"Got (?:non-fatal )?async event ?: ?([^()]{1,80})", re.ASCII)
+# The events that report a failure (rdma-core libibverbs/enum_strs.c, ibv_event_type_str):
+# IBV_EVENT_CQ_ERR, _QP_FATAL, _QP_REQ_ERR, _QP_ACCESS_ERR, _PATH_MIG_ERR, _DEVICE_FATAL,
+# _PORT_ERR, _SRQ_ERR, _WQ_FATAL; the others (port active, LID, P_Key, SM or GID table change,
+# client reregistration, ...) report a change, not a failure
+_FAILURE_EVENTS = frozenset({
+    "CQ error", "local work queue catastrophic error", "invalid request local work queue error",
+    "local access violation work queue error", "path migration request error",
+    "local catastrophic error", "port error", "SRQ catastrophic error", "WQ fatal",
+})
+
+
+def _async_events(log: NcclLog, before: int) -> list[LogMessage]:
+    """The async events reporting a failure of an RDMA device that NCCL printed before line
+    ``before``."""
+    return sorted((m for m in log.warnings if m.first_line < before
+                   and (match := _ASYNC.search(m.text)) is not None
+                   and match.group(1).strip() in _FAILURE_EVENTS),
+                  key=lambda m: m.first_line)
+
+
+def _event(text: str) -> str:
+    match = _ASYNC.search(text)
+    return match.group(1).strip() if match else text
+
+
 def completion_findings(log: NcclLog, *, consequences: bool | None = None) -> list[Finding]:
     """One error finding per ibverbs status in ``Got completion ... with error N`` lines, the
     statuses that are causes before those that only follow another error.
@@ -272,6 +300,13 @@ def completion_findings(log: NcclLog, *, consequences: bool | None = None) -> li
                 evidence.append(f"{setting} set by environment to {log.env[setting]}")
         evidence += [f"line {m.first_line}: {m.text}" + (f" (x{m.count})" if m.count > 1 else "")
                      for m, _ in entries[:4]]
+        events = _async_events(log, min(m.first_line for m, _ in entries))
+        if events:
+            evidence += [f"before it: line {m.first_line}: {m.text}" for m in events[:2]]
+            fix = (f"an RDMA port reported an event first ({_event(events[0].text)}): a link that "
+                   "went down or an HCA that failed makes every queue pair on it fail, so check "
+                   "that port first (`ibstat`: State and Physical state, the cable, the switch "
+                   f"port's log, `dmesg` for the HCA); then: {fix}")
         label = f"error {number}" if number is not None else "an error"
         findings.append(Finding.of(
             CODE,
