@@ -940,3 +940,27 @@ def test_a_port_that_failed_before_completion_errors_is_checked_first(event: str
     completion = only(findings_of(lines), "log-ib-completion-error")
     assert completion.fix.startswith("an RDMA port reported an event first") == named
     assert any(f"async event : {event}" in e for e in completion.evidence) == named
+
+
+def test_watchdog_timeouts_all_at_the_first_collective_point_at_the_data_path() -> None:
+    # PyTorch's watchdog line (ProcessGroupNCCL.cpp WorkNCCL::checkTimeout, pytorch@87602c5) on
+    # both ranks at SeqNum=1; src/init.cc (v2.22.3-1) NCCL_PARAM(RuntimeConnect,
+    # "RUNTIME_CONNECT", 1): the channels connect at that first collective
+    def timeout(rank: int, seq: int) -> str:
+        return (f"[rank{rank}]:[E1207 10:00:00.000 1 ProcessGroupNCCL.cpp:632] [Rank {rank}] "
+                f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
+                "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 "
+                "milliseconds before timing out.")
+
+    lines = [info("NCCL version 2.22.3+cuda12.6"), timeout(0, 1), timeout(1, 1)]
+    found = only(findings_of(lines), "log-nccl-message")
+    assert found.fix.startswith("look at the data path, not at a slow rank")
+    assert any("NCCL_RUNTIME_CONNECT=1" in e for e in found.evidence)
+    # an older release connected during initialisation: no such remark, the same reading
+    older = [info("NCCL version 2.21.5+cuda12.4"), *lines[1:]]
+    found = only(findings_of(older), "log-nccl-message")
+    assert found.fix.startswith("look at the data path")
+    assert not any("NCCL_RUNTIME_CONNECT" in e for e in found.evidence)
+    # ranks that got further are no first-collective hang
+    later = [lines[0], timeout(0, 7), timeout(1, 7)]
+    assert not only(findings_of(later), "log-nccl-message").fix.startswith("look at the data")

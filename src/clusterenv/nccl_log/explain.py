@@ -127,6 +127,29 @@ def class_fix(cls: MessageClass) -> str | None:
 _WORK = re.compile(r"WorkNCCL\(SeqNum=([0-9]{1,12}), OpType=(\w{1,40})", re.ASCII)
 
 
+def _first(timeouts: list[LogMessage], log: NcclLog) -> tuple[str, str] | None:
+    """What the watchdog's timeouts say when every one is of the ranks' first collective
+    (``SeqNum=1``): no rank got through any, so none fell behind and none was slow; the ranks
+    never exchanged data. NCCL 2.22 and later connect the channels between ranks at that first
+    collective (``NCCL_RUNTIME_CONNECT``, 1 by default: src/init.cc), after ``Init
+    COMPLETE``. ``(evidence, fix)``, or None."""
+    seqs = {int(m.group(1)) for t in timeouts if (m := _WORK.search(t.text)) is not None}
+    if seqs != {1}:
+        return None
+    evidence = ("every timeout is of the first collective (SeqNum=1): no rank got through any, "
+                "so the ranks never exchanged data")
+    version = tuple(int(p) for p in (log.version or "0.0").split(".")[:2] if p.isdigit())
+    if version >= (2, 22):
+        evidence += (f"; NCCL {log.version} connects the channels between ranks at that first "
+                     "collective (NCCL_RUNTIME_CONNECT=1, its default), after Init COMPLETE")
+    return evidence, ("look at the data path, not at a slow rank: between nodes the RDMA path "
+                      "(the ports' state, the RoCE GID and routing) or the interfaces NCCL's "
+                      "socket transport uses; inside a node peer-to-peer between the GPUs (PCIe "
+                      "ACS or the IOMMU blocking it: NCCL_P2P_DISABLE=1 confirms); rerun with "
+                      "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET on every rank to see which "
+                      "connection stops")
+
+
 def _behind(timeouts: list[LogMessage]) -> tuple[str, str] | None:
     """What the watchdog's timeouts of several ranks say when they differ: each rank reports
     the oldest collective it is waiting for (its sequence number counts the collectives it
@@ -216,7 +239,7 @@ def explain_checks(log: NcclLog, *, reported: frozenset[str] = frozenset(),
             # "CUDA error: an illegal memory access was encountered" is a kernel that faulted)
             evidence.append(cuda[0])
             fix = f"{cuda[1]}; otherwise, {fix}"
-        if name == "torch-watchdog" and (behind := _behind(group)) is not None:
+        if name == "torch-watchdog" and (behind := _behind(group) or _first(group, log)):
             evidence.append(behind[0])
             fix = f"{behind[1]}; {fix}"
         findings.append(finding(
