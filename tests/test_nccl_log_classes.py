@@ -964,3 +964,25 @@ def test_watchdog_timeouts_all_at_the_first_collective_point_at_the_data_path() 
     # ranks that got further are no first-collective hang
     later = [lines[0], timeout(0, 7), timeout(1, 7)]
     assert not only(findings_of(later), "log-nccl-message").fix.startswith("look at the data")
+
+
+def test_nccls_own_hint_after_a_completion_error_is_quoted_in_its_finding() -> None:
+    # src/transport/net_ib/p2p.cc:688 (v2.30.7-1) "NET/IB: Got completion from peer %s with
+    # status=%s(%d) opcode=%s(%d) vendor_err=%u %s%s%s%s hca %s" (ibvWcStatusStr and
+    # ibvWcOpcodeStr of src/misc/ibvwrap.cc), then printIbWcStatusHint
+    # (src/transport/net_ib/common.h:612), whose cases fall through: the status's own hint first
+    lines = [info("NCCL version 2.30.7+cuda13.0"),
+             info("NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>"),
+             warn("NET/IB: Got completion from peer 10.0.0.2<45000> with "
+                  "status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129  localGid "
+                  "::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2 hca mlx5_0",
+                  "transport/net_ib/p2p.cc:688"),
+             info("HINT: In many cases this error occurs when the NCCL_IB_TIMEOUT is set too "
+                  "short."),
+             info("HINT: Default value is 20, which is ~30 seconds before error."),
+             info("transport/net.cc:1300 -> 6")]
+    completion = only(findings_of(lines), "log-ib-completion-error")
+    assert "IBV_WC_RETRY_EXC_ERR" in completion.title
+    assert completion.fix.endswith("NCCL's own hint: In many cases this error occurs when the "
+                                   "NCCL_IB_TIMEOUT is set too short.")
+    assert any(e.startswith("NCCL's own hint: line 4: HINT:") for e in completion.evidence)
