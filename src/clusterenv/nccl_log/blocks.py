@@ -394,10 +394,8 @@ class BlockParser(_Parser):
         proc = self.by_head.get(prefix[:-10]) or self._proc(prefix[:-10])
         if not proc.first_line:
             proc.first_line = base + text.count("\n", lo, at)
-        # the last line through the network: the run's last, or found from the end
-        after = text.rfind("\n", lo, hi)
-        last = text.rfind("via NET/", lo, hi)
-        number = base + stop - start - 1 if last > after else base + text.count("\n", lo, last)
+        # the last line through the network: counted back from the run's last line
+        number = base + stop - start - 1 - text.count("\n", text.rfind("via NET/", lo, hi), hi)
         _, network, device, _, gdr = fact
         if nets > sends:
             self.channels(proc, (network, device), True, gdr, nets - sends, number)
@@ -495,7 +493,7 @@ class BlockParser(_Parser):
         head = first[:pos]
         proc = self.by_head.get(head) or self._proc(head)
         proc.first_line = proc.first_line or base + text.count("\n", 0, start)
-        last = base + text.count("\n", 0, text.rfind("via NET/"))
+        last = base + count - 1 - text.count("\n", text.rfind("via NET/"))
         _, network, index, _, gdr = fact
         if nets > sends:
             self.channels(proc, (network, index), True, gdr, nets - sends, last)
