@@ -986,3 +986,19 @@ def test_nccls_own_hint_after_a_completion_error_is_quoted_in_its_finding() -> N
     assert completion.fix.endswith("NCCL's own hint: In many cases this error occurs when the "
                                    "NCCL_IB_TIMEOUT is set too short.")
     assert any(e.startswith("NCCL's own hint: line 4: HINT:") for e in completion.evidence)
+
+
+@pytest.mark.parametrize(("error", "words"), [
+    ("Address already in use", "ss -ltnp"),  # EADDRINUSE
+    ("Cannot assign requested address", "NCCL_COMM_ID names another host's address"),
+])
+def test_a_bind_that_failed_is_read_by_its_error(error: str, words: str) -> None:
+    # src/misc/socket.cc:380 (v2.21.5-1) SYSCHECK(bind(...), "bind"): src/include/checks.h
+    # "Call to %s failed : %s" with strerror(errno); a generic system call's causes (limits,
+    # libraries, permissions) say nothing about it
+    lines = [info("NCCL version 2.21.5+cuda12.4"),
+             warn(f"Call to bind failed : {error}", "misc/socket.cc:380"),
+             info("misc/socket.cc:381 -> 2"), info("bootstrap.cc:200 -> 2")]
+    lead = findings_of(lines)[0]
+    assert (lead.code, lead.severity) == ("log-nccl-message", "error")
+    assert words in lead.fix.split("; otherwise")[0]

@@ -93,6 +93,32 @@ def _registration(group: list[LogMessage]) -> tuple[str, str] | None:
     return None
 
 
+# SYSCHECK's "Call to %s failed : %s" (src/include/checks.h) of bind(2), with glibc's strerror
+# of the two errors bind returns for the address NCCL chose: EADDRINUSE, EADDRNOTAVAIL
+_BIND = re.compile(r"Call to bind failed ?: ?(Address already in use|Cannot assign requested "
+                   r"address)", re.ASCII)
+
+
+def _bind(group: list[LogMessage]) -> tuple[str, str] | None:
+    """``(evidence, fix)`` when a message of ``group`` is NCCL's socket failing to bind: the
+    port is taken on this host, or the address is not this host's."""
+    for message in group:
+        if (match := _BIND.search(message.text)) is None:
+            continue
+        if match.group(1).startswith("Address"):
+            return ("bind(2) failed with EADDRINUSE: another socket on this host holds that "
+                    "port",
+                    "the port NCCL binds is taken (NCCL's sockets take a free port unless one "
+                    "is fixed, as NCCL_COMM_ID's is): a second job, or a process left from an "
+                    "earlier run, holds it: end that process (`ss -ltnp` names it) or give "
+                    "each job its own port")
+        return ("bind(2) failed with EADDRNOTAVAIL: the address is not one of this host's",
+                "NCCL was given an address to listen on that this host does not have: "
+                "NCCL_COMM_ID names another host's address on the rank that creates the root "
+                "(or an interface lost its address); use the root host's own address")
+    return None
+
+
 def _cuda(group: list[LogMessage]) -> tuple[str, str] | None:
     """``(evidence, fix)`` from the first CUDA error with a reading that a message of
     ``group`` carries (``CUDA error: out of memory``), or None."""
@@ -231,7 +257,7 @@ def explain_checks(log: NcclLog, *, reported: frozenset[str] = frozenset(),
         causes = own or (cls.causes if cls else "see the message")
         fix = f"usual causes: {causes}" + (f"; {_FIXES[name]}" if name in _FIXES and not own
                                            else "")
-        if (refused := _registration(group)) is not None:
+        if (refused := _registration(group) or _bind(group)) is not None:
             evidence.append(refused[0])
             fix = f"{refused[1]}; otherwise, {fix}"
         if (cuda := _cuda(group)) is not None:
