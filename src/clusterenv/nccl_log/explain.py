@@ -70,52 +70,48 @@ def _continues(message: LogMessage) -> bool:
     return match is not None and match.returns == "continues"
 
 
-# A memory registration with the HCA (ibv_reg_mr, ibv_reg_mr_iova2, ibv_reg_dmabuf_mr) refused
-# for another reason than memory (ENOMEM is the locked-memory limit, read by its own check):
-# glibc's strerror of EFAULT, EINVAL, EOPNOTSUPP, EPERM
-_REFUSED = re.compile(r"ibv_reg_\w{0,20}mr\w{0,20}\b.{0,200}?(Bad address|Invalid argument|"
-                      r"Operation not supported|Operation not permitted)", re.ASCII)
+# A system or verbs call that failed, read by its error (glibc's strerror of errno):
+# - a memory registration with the HCA (ibv_reg_mr, ibv_reg_mr_iova2, ibv_reg_dmabuf_mr)
+#   refused for another reason than memory (EFAULT, EINVAL, EOPNOTSUPP, EPERM; ENOMEM is the
+#   locked-memory limit, read by its own check): NCCL registers GPU memory for GPUDirect RDMA,
+#   which needs a peer-memory client or DMA-BUF;
+# - SYSCHECK's "Call to %s failed : %s" (src/include/checks.h) of bind(2) with the two errors
+#   bind returns for the address NCCL chose: EADDRINUSE, EADDRNOTAVAIL.
+_REGISTRATION = (
+    "the RDMA driver refused to register memory ({error}): with GPUDirect RDMA that memory is "
+    "the GPU's, which the HCA can only map through nvidia_peermem or DMA-BUF",
+    "load nvidia_peermem on every node (`modprobe nvidia_peermem`; /sys/module/nvidia_peermem), "
+    "or use the open GPU kernel module so NCCL can use DMA-BUF; to confirm, run once with "
+    "GPUDirect RDMA off (NCCL_NET_GDR_LEVEL=LOC)")
+_CALLS: tuple[tuple[re.Pattern[str], dict[str, tuple[str, str]]], ...] = (
+    (re.compile(r"ibv_reg_\w{0,20}mr\w{0,20}\b.{0,200}?(Bad address|Invalid argument|"
+                r"Operation not supported|Operation not permitted)", re.ASCII),
+     dict.fromkeys(("Bad address", "Invalid argument", "Operation not supported",
+                    "Operation not permitted"), _REGISTRATION)),
+    (re.compile(r"Call to bind failed ?: ?(Address already in use|Cannot assign requested "
+                r"address)", re.ASCII),
+     {"Address already in use": (
+         "bind(2) failed with EADDRINUSE: another socket on this host holds that port",
+         "the port NCCL binds is taken (NCCL's sockets take a free port unless one is fixed, "
+         "as NCCL_COMM_ID's is): a second job, or a process left from an earlier run, holds "
+         "it: end that process (`ss -ltnp` names it) or give each job its own port"),
+      "Cannot assign requested address": (
+         "bind(2) failed with EADDRNOTAVAIL: the address is not one of this host's",
+         "NCCL was given an address to listen on that this host does not have: NCCL_COMM_ID "
+         "names another host's address on the rank that creates the root (or an interface "
+         "lost its address); use the root host's own address")}),
+)
 
 
-def _registration(group: list[LogMessage]) -> tuple[str, str] | None:
-    """``(evidence, fix)`` when a message of ``group`` is a memory registration the RDMA driver
-    refused (``Call to ibv_reg_mr_iova2 failed with error Bad address``): NCCL registers GPU
-    memory for GPUDirect RDMA, which needs a peer-memory client or DMA-BUF."""
+def _call(group: list[LogMessage]) -> tuple[str, str] | None:
+    """``(evidence, fix)`` when a message of ``group`` is a call whose error says what went
+    wrong (``Call to ibv_reg_mr_iova2 failed with error Bad address``, ``Call to bind failed :
+    Address already in use``), or None."""
     for message in group:
-        if (match := _REFUSED.search(message.text)) is not None:
-            return (f"the RDMA driver refused to register memory ({match.group(1)}): with "
-                    "GPUDirect RDMA that memory is the GPU's, which the HCA can only map "
-                    "through nvidia_peermem or DMA-BUF",
-                    "load nvidia_peermem on every node (`modprobe nvidia_peermem`; "
-                    "/sys/module/nvidia_peermem), or use the open GPU kernel module so NCCL "
-                    "can use DMA-BUF; to confirm, run once with GPUDirect RDMA off "
-                    "(NCCL_NET_GDR_LEVEL=LOC)")
-    return None
-
-
-# SYSCHECK's "Call to %s failed : %s" (src/include/checks.h) of bind(2), with glibc's strerror
-# of the two errors bind returns for the address NCCL chose: EADDRINUSE, EADDRNOTAVAIL
-_BIND = re.compile(r"Call to bind failed ?: ?(Address already in use|Cannot assign requested "
-                   r"address)", re.ASCII)
-
-
-def _bind(group: list[LogMessage]) -> tuple[str, str] | None:
-    """``(evidence, fix)`` when a message of ``group`` is NCCL's socket failing to bind: the
-    port is taken on this host, or the address is not this host's."""
-    for message in group:
-        if (match := _BIND.search(message.text)) is None:
-            continue
-        if match.group(1).startswith("Address"):
-            return ("bind(2) failed with EADDRINUSE: another socket on this host holds that "
-                    "port",
-                    "the port NCCL binds is taken (NCCL's sockets take a free port unless one "
-                    "is fixed, as NCCL_COMM_ID's is): a second job, or a process left from an "
-                    "earlier run, holds it: end that process (`ss -ltnp` names it) or give "
-                    "each job its own port")
-        return ("bind(2) failed with EADDRNOTAVAIL: the address is not one of this host's",
-                "NCCL was given an address to listen on that this host does not have: "
-                "NCCL_COMM_ID names another host's address on the rank that creates the root "
-                "(or an interface lost its address); use the root host's own address")
+        for pattern, readings in _CALLS:
+            if (match := pattern.search(message.text)) is not None:
+                evidence, fix = readings[match.group(1)]
+                return evidence.format(error=match.group(1)), fix
     return None
 
 
@@ -257,7 +253,7 @@ def explain_checks(log: NcclLog, *, reported: frozenset[str] = frozenset(),
         causes = own or (cls.causes if cls else "see the message")
         fix = f"usual causes: {causes}" + (f"; {_FIXES[name]}" if name in _FIXES and not own
                                            else "")
-        if (refused := _registration(group) or _bind(group)) is not None:
+        if (refused := _call(group)) is not None:
             evidence.append(refused[0])
             fix = f"{refused[1]}; otherwise, {fix}"
         if (cuda := _cuda(group)) is not None:
