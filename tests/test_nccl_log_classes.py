@@ -791,6 +791,11 @@ def test_an_ib_hca_filter_that_matched_nothing_is_named_in_the_fix() -> None:
     opened = [*lines[:3], warn("Call to ibv_open_device failed", "misc/ibvwrap.cc:230"),
               *lines[3:]]
     assert not only(findings_of(opened), "log-socket-fallback").fix.startswith("NCCL_IB_HCA")
+    # the value is the log's: quoted for the shell, as a user would paste it
+    hostile = [line.replace("NCCL_IB_HCA set to mlx5_9", "NCCL_IB_HCA set to $(id)")
+               for line in lines]
+    assert only(findings_of(hostile), "log-socket-fallback").fix.startswith(
+        "NCCL_IB_HCA='$(id)' matched no RDMA device")
 
 
 # "Bootstrap : Using%s": src/bootstrap.cc:56 (v2.20.5-1); socketStartConnect's "Connect to %s

@@ -3,6 +3,7 @@ settings outside what verbs accepts."""
 
 from __future__ import annotations
 
+from clusterenv._shell import quote as shell_quote
 from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.failures import unopenable
 from clusterenv.nccl_log.interfaces import MAX_EVIDENCE, finding, labels, quote
@@ -73,8 +74,10 @@ def transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
         fix = f"unset {knob} (it keeps NCCL off RDMA), then " + fix
     elif hca and not unopenable_devices and log.messages("no-device"):
         # NCCL opened every device it listed and kept none: the filter matched nothing here
-        evidence.append(f"NCCL_IB_HCA={hca} is set and NET/IB found no device it allows")
-        fix = (f"NCCL_IB_HCA={hca} matched no RDMA device of these hosts: name devices that "
+        evidence.append(f"NCCL_IB_HCA={shell_quote(hca)} is set and NET/IB found no device it "
+                        "allows")
+        fix = (f"NCCL_IB_HCA={shell_quote(hca)} matched no RDMA device of these hosts: name "
+               "devices that "
                "`ibv_devices` lists on every node (a prefix matches, `=` asks for exact names, "
                "`^` excludes, `:1` picks a port), or unset it; if no devices are listed, "
                + fix)
