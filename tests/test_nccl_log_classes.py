@@ -1007,3 +1007,19 @@ def test_a_bind_that_failed_is_read_by_its_error(error: str, words: str) -> None
     lead = findings_of(lines)[0]
     assert (lead.code, lead.severity) == ("log-nccl-message", "error")
     assert words in lead.fix.split("; otherwise")[0]
+
+
+@pytest.mark.parametrize(("event", "severity"), [
+    ("GID table change", "info"),  # IBV_EVENT_GID_CHANGE (rdma-core libibverbs/enum_strs.c)
+    ("port error", "warning"),  # IBV_EVENT_PORT_ERR: a failure, whatever followed
+])
+def test_an_rdma_port_event_is_judged_by_what_it_reports(event: str, severity: str) -> None:
+    # src/transport/net_ib.cc:103 (v2.22.3-1) "NET/IB : %s:%d Got async event : %s", in a job
+    # that then finished its initialisation
+    lines = [info("NCCL version 2.22.3+cuda12.6"),
+             info("NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>"),
+             info("comm 0x55 rank 0 nranks 1 cudaDev 0 busId 18000 - Init COMPLETE"),
+             warn(f"NET/IB : mlx5_0:1 Got async event : {event}", "transport/net_ib.cc:103")]
+    found = only(findings_of(lines), "log-nccl-message")
+    assert found.severity == severity
+    assert ("not a failure" in found.fix) == (severity == "info")

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.model import LogMessage, NcclLog
 
-__all__ = ["CODE", "WC_STATUSES", "WcStatus", "completion_findings", "parse_completion"]
+__all__ = [
+    "CODE", "WC_STATUSES", "WcStatus", "change_event", "completion_findings", "parse_completion",
+]
 
 #: The finding code of :func:`completion_findings`.
 CODE: Code = "log-ib-completion-error"
@@ -231,6 +233,13 @@ _FAILURE_EVENTS = frozenset({
     "local access violation work queue error", "path migration request error",
     "local catastrophic error", "port error", "SRQ catastrophic error", "WQ fatal",
 })
+
+
+def change_event(text: str) -> bool:
+    """Whether ``text`` is NCCL printing an RDMA device's async event that reports a change,
+    not a failure (``NET/IB : mlx5_0:1 Got async event : GID table change``)."""
+    match = _ASYNC.search(text)
+    return match is not None and match.group(1).strip() not in _FAILURE_EVENTS
 
 
 def _async_events(log: NcclLog, before: int) -> list[LogMessage]:

@@ -14,6 +14,7 @@ import re
 
 from clusterenv.findings import Code, Finding, Severity
 from clusterenv.nccl_log.catalogue import MessageClass, catalogue_classes, lookup_message
+from clusterenv.nccl_log.completion import change_event
 from clusterenv.nccl_log.cuda import cuda_error, cuda_reading
 from clusterenv.nccl_log.interfaces import finding, quote
 from clusterenv.nccl_log.model import LogMessage, NcclLog
@@ -201,6 +202,8 @@ def _label(cls: MessageClass | None, name: str) -> str:
 
 
 def _severity(messages: list[LogMessage], log: NcclLog, cls: str | None) -> Severity:
+    if all(change_event(m.text) for m in messages):
+        return "info"  # an RDMA port reported a change (GID table, LID, SM), not a failure
     if cls in _STOPPED:
         # a failure PyTorch raised, unless every message is a warning it goes on after (Gloo
         # falling back to loopback: a multi-node job then fails, one node works)
@@ -253,6 +256,11 @@ def explain_checks(log: NcclLog, *, reported: frozenset[str] = frozenset(),
         causes = own or (cls.causes if cls else "see the message")
         fix = f"usual causes: {causes}" + (f"; {_FIXES[name]}" if name in _FIXES and not own
                                            else "")
+        if all(change_event(m.text) for m in group):
+            fix = ("an RDMA port reported a change, not a failure, and NCCL carries on; only if "
+                   "RDMA errors follow, check what changed on that port (an address added to or "
+                   "removed from a RoCE interface changes its GIDs, a subnet manager event its "
+                   "LID)")
         if (refused := _call(group)) is not None:
             evidence.append(refused[0])
             fix = f"{refused[1]}; otherwise, {fix}"
