@@ -1023,3 +1023,27 @@ def test_an_rdma_port_event_is_judged_by_what_it_reports(event: str, severity: s
     found = only(findings_of(lines), "log-nccl-message")
     assert found.severity == severity
     assert ("not a failure" in found.fix) == (severity == "info")
+
+
+def test_a_plugin_asked_for_and_not_found_is_reported_and_one_not_asked_for_is_not() -> None:
+    # NCCL 2.28.9: src/plugin/net.cc:291 "NCCL_NET_PLUGIN set by environment to %s";
+    # src/plugin/plugin_open.cc:107 "%s/Plugin: Could not find:%s%s%s" with every name tried
+    # that does not exist (appendNameToList, " %s" each); NCCL then uses its own networks
+    def process(host: str, pid: int, rank: int, asked: bool) -> list[str]:
+        names = " aws-ofi libnccl-net-aws-ofi.so" if asked else " libnccl-net.so"
+        return [info("NCCL version 2.28.9+cuda12.9", host, pid),
+                *([info("NCCL_NET_PLUGIN set by environment to aws-ofi", host, pid)]
+                  if asked else []),
+                info(f"NET/Plugin: Could not find:{names}", host, pid),
+                info(f"NET/Socket : Using [0]eth0:10.0.0.{rank + 1}<0>", host, pid),
+                info("Using network Socket", host, pid),
+                info(f"ncclCommInitRank comm 0x55 rank {rank} nranks 2 cudaDev 0 nvmlDev 0 busId "
+                     "18000 commId 0x1 - Init COMPLETE", host, pid)]
+
+    asked = process("node1", 100, 0, True) + process("node2", 200, 1, True)
+    found = only(findings_of(asked), "log-plugin-load")
+    assert found.severity == "warning" and "aws-ofi" in found.title and "Socket" in found.title
+    not_asked = process("node1", 100, 0, False) + process("node2", 200, 1, False)
+    assert "log-plugin-load" not in codes(findings_of(not_asked))
+    # no plugin library is no notice either
+    assert not [m for m in parse_nccl_log(not_asked).notices if m.kind == "plugin-load"]

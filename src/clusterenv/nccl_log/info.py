@@ -186,8 +186,12 @@ def _net_plugin(msg: str) -> Fact | None:
         return ("plugin_error", loader) if loader and loader != "(null)" else NOTHING
     if "symbol" in rest or "Failed to find ncclNet".startswith(rest[:22]):
         return NOTHING  # "Failed to find ncclNetPlugin_v10 symbol.": probing API versions
-    if rest.startswith(("Could not find:", "Using internal", "No plugin found")):
-        return NOTHING  # no plugin library installed (ENOENT): NCCL uses its own networks
+    if rest.startswith(("Could not find:", "No plugin found")):
+        # no plugin library installed (ENOENT): NCCL uses its own networks, a failure only when
+        # a plugin was asked for (plugins._absent)
+        return ("plugin_absent", rest.rstrip("."))
+    if rest.startswith("Using internal"):
+        return NOTHING
     error = _PLUGIN_ERROR.search(rest)
     if error:
         return ("plugin_error", error.group(2).strip())

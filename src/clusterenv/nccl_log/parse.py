@@ -47,8 +47,9 @@ MAX_LINE = 65_536
 # line: a return chain before them was handled.
 _ONCE = frozenset({
     "bootstrap", "dmabuf", "driver", "env", "gdr_distance", "gdr_hca", "ib_device", "ib_using",
-    "net_named", "network", "ofi", "ofi_group", "ofi_provider", "ofi_version", "plugin_external",
-    "plugin_loaded", "plugin_requested", "plugin_trouble", "socket", "version",
+    "net_named", "network", "ofi", "ofi_group", "ofi_provider", "ofi_version", "plugin_absent",
+    "plugin_external", "plugin_loaded", "plugin_requested", "plugin_trouble", "socket",
+    "version",
 })
 _PROGRESS = frozenset({"ib_using", "network", "socket"})
 

@@ -7,7 +7,7 @@ import re
 
 from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.interfaces import MAX_EVIDENCE, finding, labels, quote
-from clusterenv.nccl_log.model import INTERNAL_NETWORKS, NcclLog
+from clusterenv.nccl_log.model import INTERNAL_NETWORKS, NcclLog, RankInfo
 
 __all__ = [
     "CODE_OFI_NO_PROVIDER",
@@ -89,9 +89,13 @@ _GLIBC = re.compile(r"GLIBC(?:XX)?_[0-9.]{1,12}", re.ASCII)
 
 
 def _absent(error: str) -> bool:
-    """Whether a dlopen error only says the plugin library itself is not installed (the normal
-    case without a plugin: NCCL uses its own networks)."""
-    missing = _MISSING_LIBRARY.match(error.strip())
+    """Whether a loader's error only says the plugin library itself is not installed (the
+    normal case without a plugin: NCCL uses its own networks): a dlopen error naming it
+    (2.19-2.20), ``Could not find: libnccl-net.so`` (2.22+), ``No plugin found`` (older)."""
+    error = error.strip()
+    if error.startswith(("Could not find:", "No plugin found")):
+        return True
+    missing = _MISSING_LIBRARY.match(error)
     return missing is not None and missing.group(1).startswith("libnccl-net")
 
 
@@ -110,14 +114,46 @@ def _load_fix(error: str) -> str:
     return "fix what the loader reports, or skip the plugin with NCCL_NET_PLUGIN=none"
 
 
+def _requested(rank: RankInfo) -> bool:
+    """Whether the process was told to load a network plugin (NCCL_NET_PLUGIN naming one)."""
+    value = rank.env.get("NCCL_NET_PLUGIN", "").strip()
+    return bool(value) and value.lower() != "none"
+
+
+def _not_found(log: NcclLog, asked: list[tuple[RankInfo, str]]) -> list[Finding]:
+    """Processes told to load a network plugin (NCCL_NET_PLUGIN) that NCCL did not find: it
+    carried on with its own networks, which on a fabric only a plugin drives (EFA, TCPX) are
+    TCP sockets."""
+    if not asked:
+        return []
+    ranks = [r for r, _ in asked]
+    used = sorted({str(r.transport) for r in ranks if r.transport})
+    names = sorted({r.env["NCCL_NET_PLUGIN"] for r in ranks})
+    evidence = [f"NCCL_NET_PLUGIN={', '.join(names)}: {labels(ranks)}",
+                f"the loader: {asked[0][1].split(': ', 1)[1]}"]
+    if used:
+        evidence.append(f"then used network {', '.join(used)}")
+    return [finding(
+        CODE_PLUGIN_LOAD, "warning",
+        f"NCCL_NET_PLUGIN asks for a network plugin NCCL did not find ({names[0][:60]})"
+        + (f"; NCCL used {', '.join(used)} instead" if used else ""),
+        evidence,
+        "install the plugin where NCCL looks for it (the library libnccl-net-<name>.so, or the "
+        "path NCCL_NET_PLUGIN names, on LD_LIBRARY_PATH) on every node, or unset "
+        "NCCL_NET_PLUGIN if NCCL's own networks are meant",
+    )]
+
+
 def plugin_load_checks(log: NcclLog) -> list[Finding]:
     """A network plugin that could not be loaded (the loader's own error) or was rejected as
     too old, and what it caused: ``network X not found`` when NCCL_NET asked for its network."""
     failed = [(r, r.facts["net plugin"]) for r in log.ranks
               if r.facts.get("net plugin", "").startswith(("not loaded: ", "rejected: "))]
+    asked = [(r, value) for r, value in failed
+             if _absent(value.split(": ", 1)[1]) and _requested(r)]
     failed = [(r, value) for r, value in failed if not _absent(value.split(": ", 1)[1])]
     if not failed:
-        return []
+        return _not_found(log, asked)
     loaded = [r for r in log.ranks if r.plugin]
     missing = [m for m in (*log.warnings, *log.errors)
                if ("network" in m.text and "not found" in m.text)

@@ -389,6 +389,11 @@ class FactOps:
         proc.plugin_error = proc.plugin_error or fact[1][:MAX_TEXT]
         self.notices.add(msg, "plugin-load", None, number, proc, None, times)
 
+    def _op_plugin_absent(self, proc: Process, msg: str, number: int, fact: Fact) -> None:
+        # no plugin library installed: the loader's words, for the process's facts (a failure
+        # only when NCCL_NET_PLUGIN asked for one: plugins._absent), no notice
+        proc.plugin_error = proc.plugin_error or fact[1][:MAX_TEXT]
+
     def _op_plugin_rejected(self, proc: Process, msg: str, number: int, fact: Fact,
                             times: int = 1) -> None:
         proc.plugin_rejected = proc.plugin_rejected or fact[1]
