@@ -1047,3 +1047,29 @@ def test_a_plugin_asked_for_and_not_found_is_reported_and_one_not_asked_for_is_n
     assert "log-plugin-load" not in codes(findings_of(not_asked))
     # no plugin library is no notice either
     assert not [m for m in parse_nccl_log(not_asked).notices if m.kind == "plugin-load"]
+
+
+def test_every_catalogued_failure_outside_nccl_passes_the_parsers_first_filter() -> None:
+    # the parser looks a line without NCCL's marker up only when foreign.HINT finds a word of
+    # it: a PyTorch, Gloo or nccl-tests message (tools/c10d_messages.py, nccl-tests' formats)
+    # that HINT misses would never be read
+    from clusterenv.nccl_log.catalogue import catalogue_entries
+    from clusterenv.nccl_log.foreign import HINT
+
+    outside = [e for e in catalogue_entries() if e["project"] in ("pytorch", "nccl-tests")
+               and e["level"] != "I"]
+    assert outside
+    missed = [e["format"] for e in outside if HINT.search(e["format"]) is None]
+    assert missed == []
+
+
+def test_a_store_port_that_is_taken_is_read_by_its_error() -> None:
+    # c10d socket.cpp (pytorch@056b6f3; the text is in libtorch_cpu.so of torch 2.13) "The
+    # server socket has failed to listen on any local network address. port: {}, useIpv6: {},
+    # code: {}, name: {}, message: {}" raised as DistNetworkError
+    lines = ["torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+             "local network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, "
+             "message: address already in use"]
+    lead = findings_of(lines)[0]
+    assert (lead.code, lead.severity) == ("log-nccl-message", "error")
+    assert "MASTER_PORT is taken" in lead.fix and "unreachable" not in lead.fix

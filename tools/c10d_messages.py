@@ -113,6 +113,9 @@ TORCH_MESSAGES: tuple[TorchMessage, ...] = (
                  "connect to (%s, %s).", f"{_S} socket.cpp"),
     TorchMessage("W", "torch-store", "The client socket has failed to connect to any network "
                  "address of (%s, %s).", f"{_S} socket.cpp"),
+    TorchMessage("W", "torch-store", "The server socket has failed to listen on any local "
+                 "network address. port: %s, useIpv6: %s, code: %s, name: %s, message: %s",
+                 f"{_S} socket.cpp"),
     TorchMessage("W", "torch-store", "Timed out after %d seconds waiting for clients. %d/%d "
                  "clients joined.", f"{_P} TCPStore.cpp waitForWorkers"),
     TorchMessage("W", "torch-store", "wait timeout after %dms, keys: %s", f"{_P} TCPStore.cpp"),

@@ -338,6 +338,14 @@ OVERRIDES: dict[str, Override] = {
                "hangs after an earlier failure (read the first error before it), or another "
                "thread holding the GIL inside a CUDA call; TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC "
                "only moves the abort later"),
+    r"^The server socket has failed to listen on any local network address": Override(
+        "torch-store",
+        "the store's host could not open MASTER_PORT: nothing is unreachable, the port is not "
+        "free there (the message names the errno)",
+        causes="MASTER_PORT is taken on the host of rank 0 (name: EADDRINUSE): another job, or "
+               "a process left from an earlier run (its rank 0 or torchrun's agent), listens on "
+               "it; end that process (`ss -ltnp` names it) or choose another MASTER_PORT "
+               "(EADDRNOTAVAIL instead: MASTER_ADDR is not an address of that host)"),
     r"Plugin load (?:\(%s\) )?returned %d : %s": Override(
         "net-plugin",
         "an INFO line, but its dlopen error is the cause of a later `network ... not found` or "

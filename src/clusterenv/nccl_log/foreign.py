@@ -28,7 +28,8 @@ _A = re.ASCII
 #: less than the catalogue's lookup): the parser tests it first.
 HINT = re.compile(
     r"NCCL|nccl|Last error|atchdog|WARN|libibverbs|Gloo|losed by|imed out|TCP client|"
-    r"client socket|clients joined|wait timeout|recvValue|Failed to recv|Test .{0,6}failure|"
+    r"client socket|server socket|clients joined|wait timeout|recvValue|Failed to recv|"
+    r"Test .{0,6}failure|remote process exited|async exception|"
     r"resolve hostname|timed out|blocking wait"
 )
 _BANNER = re.compile(r"NCCL version ([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3})", _A)
