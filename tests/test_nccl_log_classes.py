@@ -1073,3 +1073,21 @@ def test_a_store_port_that_is_taken_is_read_by_its_error() -> None:
     lead = findings_of(lines)[0]
     assert (lead.code, lead.severity) == ("log-nccl-message", "error")
     assert "MASTER_PORT is taken" in lead.fix and "unreachable" not in lead.fix
+
+
+def test_a_libibverbs_warning_that_is_no_load_failure_is_not_read_as_one() -> None:
+    # rdma-core libibverbs/init.c ibverbs_init: "Warning: fork()-safety requested but init
+    # failed" (PFX "libibverbs: ") when RDMAV_FORK_SAFE is set; NCCL then uses the device
+    # (src/transport/net_ib.cc (v2.21.5-1) "NET/IB : Using%s %s; OOB %s:%s")
+    lines = ["libibverbs: Warning: fork()-safety requested but init failed",
+             info("NCCL version 2.21.5+cuda12.4"),
+             info("NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>"),
+             info("Using network IB")]
+    findings = findings_of(lines)
+    assert "log-ibverbs-failure" not in codes(findings)
+    assert "RDMAV_FORK_SAFE" in only(findings, "log-nccl-message").fix
+    # NCCL failing to load libibverbs (src/misc/ibvwrap.cc:63, v2.10.3-1) is still that
+    failed = [warn("Failed to open libibverbs.so[.1]", "misc/ibvwrap.cc:63"),
+              info("NCCL version 2.10.3+cuda11.4"), info("Using network Socket")]
+    assert "could not load libibverbs" in only(findings_of(failed),
+                                               "log-ibverbs-failure").title

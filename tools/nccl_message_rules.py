@@ -346,6 +346,13 @@ OVERRIDES: dict[str, Override] = {
                "a process left from an earlier run (its rank 0 or torchrun's agent), listens on "
                "it; end that process (`ss -ltnp` names it) or choose another MASTER_PORT "
                "(EADDRNOTAVAIL instead: MASTER_ADDR is not an address of that host)"),
+    r"^libibverbs: Warning: fork\(\)-safety requested but init failed": Override(
+        "ibverbs",
+        "libibverbs prints it when RDMAV_FORK_SAFE or IBV_FORK_SAFE is set and ibv_fork_init "
+        "fails (rdma-core libibverbs/init.c); the devices still work",
+        causes="RDMAV_FORK_SAFE or IBV_FORK_SAFE is set in the environment and fork-safety "
+               "could not be set up; NCCL does not need it, so this matters only to a program "
+               "that forks after registering RDMA memory: unset the variable to silence it"),
     r"Plugin load (?:\(%s\) )?returned %d : %s": Override(
         "net-plugin",
         "an INFO line, but its dlopen error is the cause of a later `network ... not found` or "

@@ -99,8 +99,7 @@ def ibverbs_checks(log: NcclLog) -> list[Finding]:
             "--device=/dev/infiniband (or --privileged) and --cap-add=IPC_LOCK, and check that "
             "/dev/infiniband/uverbs* exist and are read-write for this user",
         )]
-    providers = [m for m in ibverbs if m.text.startswith("libibverbs: Warning: couldn't load "
-                                                         "driver") or "no userspace" in m.text]
+    providers = [m for m in ibverbs if m.text.startswith("libibverbs: ")]
     if providers:
         return [finding(
             CODE_IBVERBS_FAILURE, "warning",
@@ -111,6 +110,9 @@ def ibverbs_checks(log: NcclLog) -> list[Finding]:
             " e.g. libmlx5) from the same rdma-core as libibverbs; on hosts without RDMA this is "
             "expected",
         )]
+    on_ib = {f"{r.host or '?'}:{r.pid}" for r in log.ranks if r.transport == "IB"}
+    if on_ib and all(m.processes and set(m.processes) <= on_ib for m in ibverbs):
+        return []  # every process that printed it then used NET/IB: libibverbs did load
     return [finding(
         CODE_IBVERBS_FAILURE, "warning",
         "NCCL could not load libibverbs, so it never tried RDMA",

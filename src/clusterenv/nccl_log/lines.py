@@ -83,7 +83,13 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # another reason (EFAULT on GPU memory) is read by its class
     ("memlock", re.compile(r"ibv_reg_\w{0,20}mr\w{0,20}\b.{0,200}?Cannot allocate memory|"
                            r"RLIMIT_MEMLOCK")),
-    ("ibverbs", re.compile(r"ibv_open_device|libibverbs|Unable to open device|ibv_get_device")),
+    # RDMA devices or libibverbs that could not be used: a device NCCL could not open, NCCL
+    # failing to load libibverbs, libibverbs failing to load a device's provider (rdma-core
+    # libibverbs/init.c, dynamic_driver.c); its other warnings (fork()-safety) are read by their
+    # class
+    ("ibverbs", re.compile(r"ibv_open_device|Failed to open libibverbs|Unable to open device|"
+                           r"ibv_get_device|libibverbs: (?:Fatal|Warning: (?:couldn't load "
+                           r"driver|no userspace|Driver ))")),
     # "Got completion from peer 10.1.1.2<46045> with error 12" (NCCL <= 2.22), "... with
     # status=12" / "status=transport retry counter exceeded(12)" (newer); IBV_WC_* names
     ("ib-completion", re.compile(r"[Cc]ompletion .{0,200}?(?:with error|status[ =])|IBV_WC_")),
