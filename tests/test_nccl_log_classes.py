@@ -1091,3 +1091,17 @@ def test_a_libibverbs_warning_that_is_no_load_failure_is_not_read_as_one() -> No
               info("NCCL version 2.10.3+cuda11.4"), info("Using network Socket")]
     assert "could not load libibverbs" in only(findings_of(failed),
                                                "log-ibverbs-failure").title
+
+
+def test_libibverbs_missing_on_a_job_of_one_node_is_only_a_note() -> None:
+    # src/misc/ibvwrap.cc:63 (v2.10.3-1) "Failed to open libibverbs.so[.1]"; src/init.cc
+    # (v2.21.5-1) "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d"
+    def job(nodes: int) -> list[str]:
+        return [warn("Failed to open libibverbs.so[.1]", "misc/ibvwrap.cc:63"),
+                info("NCCL version 2.21.5+cuda12.4"), info("Using network Socket"),
+                info(f"comm 0x55 rank 0 nRanks 2 nNodes {nodes} localRanks {3 - nodes} localRank "
+                     "0 MNNVL 0")]
+
+    one = only(findings_of(job(1)), "log-ibverbs-failure")
+    assert one.severity == "info" and any("does not need RDMA" in e for e in one.evidence)
+    assert only(findings_of(job(2)), "log-ibverbs-failure").severity == "warning"

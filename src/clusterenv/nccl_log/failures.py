@@ -10,6 +10,7 @@ end an NCCL call. What none of them reads is explained by its class in the catal
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.catalogue import catalogue_classes, source_class
@@ -86,22 +87,31 @@ def unopenable(log: NcclLog) -> list[LogMessage]:
 
 def ibverbs_checks(log: NcclLog) -> list[Finding]:
     """RDMA devices NCCL could not open, a verbs provider libibverbs could not load, or no
-    libibverbs at all."""
+    libibverbs at all; only a note on a job of one node, which does not need RDMA."""
+    found = _ibverbs(log)
+    if found is None or log.multi_node is not False:
+        return [] if found is None else [found]
+    return [replace(found, severity="info", evidence=(
+        *found.evidence, "one node: NCCL keeps its transfers inside it (peer-to-peer, shared "
+        "memory), so it does not need RDMA here"))]
+
+
+def _ibverbs(log: NcclLog) -> Finding | None:
     ibverbs = log.messages("ibverbs")
     if not ibverbs:
-        return []
+        return None
     if unopenable(log):
-        return [finding(
+        return finding(
             CODE_IBVERBS_FAILURE, "error",
             "NCCL saw RDMA devices but could not open them (Call to ibv_open_device failed)",
             quote(ibverbs),
             "give the process the RDMA device nodes: run the container with "
             "--device=/dev/infiniband (or --privileged) and --cap-add=IPC_LOCK, and check that "
             "/dev/infiniband/uverbs* exist and are read-write for this user",
-        )]
+        )
     providers = [m for m in ibverbs if m.text.startswith("libibverbs: ")]
     if providers:
-        return [finding(
+        return finding(
             CODE_IBVERBS_FAILURE, "warning",
             "libibverbs could not load the driver (provider) of the RDMA devices, so they are "
             "not usable",
@@ -109,17 +119,17 @@ def ibverbs_checks(log: NcclLog) -> list[Finding]:
             "install the verbs provider of these NICs in the image (rdma-core's ibverbs-providers,"
             " e.g. libmlx5) from the same rdma-core as libibverbs; on hosts without RDMA this is "
             "expected",
-        )]
+        )
     on_ib = {f"{r.host or '?'}:{r.pid}" for r in log.ranks if r.transport == "IB"}
     if on_ib and all(m.processes and set(m.processes) <= on_ib for m in ibverbs):
-        return []  # every process that printed it then used NET/IB: libibverbs did load
-    return [finding(
+        return None  # every process that printed it then used NET/IB: libibverbs did load
+    return finding(
         CODE_IBVERBS_FAILURE, "warning",
         "NCCL could not load libibverbs, so it never tried RDMA",
         quote(ibverbs),
         "if the nodes have InfiniBand/RoCE NICs, install rdma-core (libibverbs1 and "
         "ibverbs-providers) in the image; on hosts without RDMA this is expected",
-    )]
+    )
 
 
 def connect_checks(log: NcclLog) -> list[Finding]:
