@@ -1105,3 +1105,17 @@ def test_libibverbs_missing_on_a_job_of_one_node_is_only_a_note() -> None:
     one = only(findings_of(job(1)), "log-ibverbs-failure")
     assert one.severity == "info" and any("does not need RDMA" in e for e in one.evidence)
     assert only(findings_of(job(2)), "log-ibverbs-failure").severity == "warning"
+
+
+def test_a_socket_network_on_a_job_of_one_node_is_only_a_note() -> None:
+    # src/transport/net_ib.cc (v2.18.5-1) "NCCL_IB_HCA set to %s", "NET/IB : No device found.";
+    # src/init.cc "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d"
+    def job(nodes: int) -> list[str]:
+        return [info("NCCL version 2.18.5+cuda12.2"), info("NCCL_IB_HCA set to mlx5"),
+                info("NET/IB : No device found."),
+                info("NET/Socket : Using [0]eth0:10.0.0.5<0>"), info("Using network Socket"),
+                info(f"comm 0x55 rank 0 nRanks 2 nNodes {nodes} localRanks {3 - nodes} "
+                     "localRank 0 MNNVL 0")]
+
+    assert only(findings_of(job(1)), "log-socket-fallback").severity == "info"
+    assert only(findings_of(job(2)), "log-socket-fallback").severity == "error"

@@ -81,8 +81,12 @@ def transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
                "`ibv_devices` lists on every node (a prefix matches, `=` asks for exact names, "
                "`^` excludes, `:1` picks a port), or unset it; if no devices are listed, "
                + fix)
+    one_node = log.multi_node is False
+    if one_node:
+        evidence.append("one node: NCCL keeps its transfers inside it (peer-to-peer, shared "
+                        "memory), so the network it chose carries no data here")
     return [finding(
-        CODE_SOCKET_FALLBACK, "error",
+        CODE_SOCKET_FALLBACK, "info" if one_node else "error",
         f"NCCL fell back to TCP sockets on {len(socket_ranks)} process(es) although RDMA was "
         "expected: inter-node bandwidth is a fraction of what the fabric gives",
         tuple(evidence), fix,
