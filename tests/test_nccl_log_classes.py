@@ -1119,3 +1119,18 @@ def test_a_socket_network_on_a_job_of_one_node_is_only_a_note() -> None:
 
     assert only(findings_of(job(1)), "log-socket-fallback").severity == "info"
     assert only(findings_of(job(2)), "log-socket-fallback").severity == "error"
+
+
+def test_one_node_whose_channels_go_through_the_network_keeps_its_rdma_findings() -> None:
+    # NCCL 2.12.12: "NET/IB : GPU Direct RDMA Disabled for HCA %d '%s' (no module)"
+    # (src/transport/net_ib.cc:290); a job of one node whose channels NCCL still sends through
+    # NET/IB (P2P and SHM disabled: src/transport/net.cc:220 "Channel %02d/%d : %d[%lx] ->
+    # %d[%lx] [receive] via NET/%s/%d%s%s")
+    base = [info("NCCL version 2.12.12+cuda11.6"),
+            info("NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>"),
+            info("Using network IB"),
+            info("NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)"),
+            info("comm 0x55 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0")]
+    assert only(findings_of(base), "log-gdr-disabled").severity == "info"
+    through_net = [*base, info("Channel 00/0 : 1[1b000] -> 0[18000] [receive] via NET/IB/0")]
+    assert only(findings_of(through_net), "log-gdr-disabled").severity == "warning"

@@ -22,6 +22,7 @@ from clusterenv.nccl_log.interfaces import (
     finding,
     interface_concern,
     labels,
+    network_unused,
     quote,
 )
 from clusterenv.nccl_log.model import LogMessage, NcclLog, RankInfo
@@ -89,11 +90,11 @@ def ibverbs_checks(log: NcclLog) -> list[Finding]:
     """RDMA devices NCCL could not open, a verbs provider libibverbs could not load, or no
     libibverbs at all; only a note on a job of one node, which does not need RDMA."""
     found = _ibverbs(log)
-    if found is None or log.multi_node is not False:
+    if found is None or not network_unused(log):
         return [] if found is None else [found]
     return [replace(found, severity="info", evidence=(
-        *found.evidence, "one node: NCCL keeps its transfers inside it (peer-to-peer, shared "
-        "memory), so it does not need RDMA here"))]
+        *found.evidence, "one node, and no channel through a network: NCCL keeps its transfers "
+        "inside it (peer-to-peer, shared memory), so it does not need RDMA here"))]
 
 
 def _ibverbs(log: NcclLog) -> Finding | None:

@@ -23,6 +23,7 @@ __all__ = [
     "interface_checks",
     "interface_concern",
     "labels",
+    "network_unused",
     "quote",
     "shared_address_checks",
     "socket_channel_checks",
@@ -53,6 +54,14 @@ def labels(ranks: Sequence[RankInfo]) -> str:
     """``"rank 0 (node1 pid 42), rank 1 (...) and 3 more"``."""
     shown = ", ".join(r.label for r in ranks[:4])
     return shown + (f" and {len(ranks) - 4} more" if len(ranks) > 4 else "")
+
+
+def network_unused(log: NcclLog) -> bool:
+    """Whether the job is one node's and no channel went through a network: NCCL kept its
+    transfers inside the node (peer-to-peer, shared memory), so RDMA, GPUDirect RDMA and the
+    network it chose carried nothing (with P2P and SHM disabled, ``via NET/...`` channels show
+    it did use one)."""
+    return log.multi_node is False and not any(r.channel_devices for r in log.ranks)
 
 
 def quote(messages: Sequence[LogMessage]) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from clusterenv._shell import quote as shell_quote
 from clusterenv.findings import Code, Finding
 from clusterenv.nccl_log.failures import unopenable
-from clusterenv.nccl_log.interfaces import MAX_EVIDENCE, finding, labels, quote
+from clusterenv.nccl_log.interfaces import MAX_EVIDENCE, finding, labels, network_unused, quote
 from clusterenv.nccl_log.model import NcclLog
 
 __all__ = [
@@ -81,10 +81,10 @@ def transport_checks(log: NcclLog, expect_rdma: bool) -> list[Finding]:
                "`ibv_devices` lists on every node (a prefix matches, `=` asks for exact names, "
                "`^` excludes, `:1` picks a port), or unset it; if no devices are listed, "
                + fix)
-    one_node = log.multi_node is False
+    one_node = network_unused(log)
     if one_node:
-        evidence.append("one node: NCCL keeps its transfers inside it (peer-to-peer, shared "
-                        "memory), so the network it chose carries no data here")
+        evidence.append("one node, and no channel through a network: NCCL keeps its transfers "
+                        "inside it (peer-to-peer, shared memory)")
     return [finding(
         CODE_SOCKET_FALLBACK, "info" if one_node else "error",
         f"NCCL fell back to TCP sockets on {len(socket_ranks)} process(es) although RDMA was "
@@ -136,7 +136,12 @@ def gdr_checks(log: NcclLog) -> list[Finding]:
     level = log.env.get("NCCL_NET_GDR_LEVEL")
     if level:
         evidence.append(f"NCCL_NET_GDR_LEVEL set by environment to {level}")
-    return [finding(CODE_GDR_DISABLED, "warning", title, tuple(evidence), fix)]
+    one_node = network_unused(log)
+    if one_node:
+        evidence.append("one node, and no channel through a network: GPUDirect RDMA carries "
+                        "nothing here")
+    return [finding(CODE_GDR_DISABLED, "info" if one_node else "warning", title,
+                    tuple(evidence), fix)]
 
 
 def setting_checks(log: NcclLog) -> list[Finding]:
