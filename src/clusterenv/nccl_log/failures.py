@@ -88,7 +88,8 @@ def unopenable(log: NcclLog) -> list[LogMessage]:
 
 def ibverbs_checks(log: NcclLog) -> list[Finding]:
     """RDMA devices NCCL could not open, a verbs provider libibverbs could not load, or no
-    libibverbs at all; only a note on a job of one node, which does not need RDMA."""
+    libibverbs at all; only a note on a job of one node whose channels go through no network
+    (:func:`~clusterenv.nccl_log.interfaces.network_unused`), which does not need RDMA."""
     found = _ibverbs(log)
     if found is None or not network_unused(log):
         return [] if found is None else [found]
@@ -98,6 +99,7 @@ def ibverbs_checks(log: NcclLog) -> list[Finding]:
 
 
 def _ibverbs(log: NcclLog) -> Finding | None:
+    """The finding of :func:`ibverbs_checks` as the failure's kind makes it, or None."""
     ibverbs = log.messages("ibverbs")
     if not ibverbs:
         return None
