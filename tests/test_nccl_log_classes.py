@@ -1134,3 +1134,19 @@ def test_one_node_whose_channels_go_through_the_network_keeps_its_rdma_findings(
     assert only(findings_of(base), "log-gdr-disabled").severity == "info"
     through_net = [*base, info("Channel 00/0 : 1[1b000] -> 0[18000] [receive] via NET/IB/0")]
     assert only(findings_of(through_net), "log-gdr-disabled").severity == "warning"
+
+
+@pytest.mark.parametrize(("library", "reported"), [
+    ("libnccl-net-aws-ofi.so", True),  # a name only NCCL_NET_PLUGIN gives
+    ("libnccl-net.so", False),  # the default: no plugin asked for
+])
+def test_a_plugin_asked_for_is_known_by_its_name_where_the_setting_is_not_printed(
+        library: str, reported: bool) -> None:
+    # src/net.cc:231 (v2.19.3-1) "NET/Plugin : dlerror=%s No plugin found (%s), using internal
+    # implementation" (ncclNetPluginName: NCCL_NET_PLUGIN's library, else libnccl-net.so);
+    # 2.19 prints no "NCCL_NET_PLUGIN set by environment" line
+    lines = [info("NCCL version 2.19.3+cuda12.3"),
+             info(f"NET/Plugin : dlerror={library}: cannot open shared object file: No such file "
+                  f"or directory No plugin found ({library}), using internal implementation"),
+             info("NET/Socket : Using [0]eth0:10.0.0.1<0>"), info("Using network Socket")]
+    assert ("log-plugin-load" in codes(findings_of(lines))) == reported

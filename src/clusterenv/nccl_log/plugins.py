@@ -114,10 +114,24 @@ def _load_fix(error: str) -> str:
     return "fix what the loader reports, or skip the plugin with NCCL_NET_PLUGIN=none"
 
 
-def _requested(rank: RankInfo) -> bool:
-    """Whether the process was told to load a network plugin (NCCL_NET_PLUGIN naming one)."""
+_DEFAULT_LIBRARY = "libnccl-net.so"  # what NCCL loads when NCCL_NET_PLUGIN names nothing
+
+
+def _requested(rank: RankInfo, error: str) -> bool:
+    """Whether the process was told to load a network plugin: NCCL_NET_PLUGIN naming one, or a
+    loader's error naming another library than the default (NCCL tries another name only when
+    NCCL_NET_PLUGIN gives it: src/plugin/plugin_open.cc, src/net.cc)."""
     value = rank.env.get("NCCL_NET_PLUGIN", "").strip()
-    return bool(value) and value.lower() != "none"
+    if value:
+        return value.lower() != "none"
+    if error.startswith("Could not find:"):  # 2.22+: every name tried, then a fallback
+        tried = error.split(":", 1)[1].split(". ")[0].split()
+    elif error.startswith("No plugin found"):  # older: "No plugin found (%s), using internal"
+        tried = re.findall(r"\(([^()]{1,200})\)", error)[:1]
+    else:
+        missing = _MISSING_LIBRARY.match(error)
+        tried = [missing.group(1)] if missing else []
+    return any(t.rstrip(".") != _DEFAULT_LIBRARY for t in tried)
 
 
 def _not_found(log: NcclLog, asked: list[tuple[RankInfo, str]]) -> list[Finding]:
@@ -128,9 +142,10 @@ def _not_found(log: NcclLog, asked: list[tuple[RankInfo, str]]) -> list[Finding]
         return []
     ranks = [r for r, _ in asked]
     used = sorted({str(r.transport) for r in ranks if r.transport})
-    names = sorted({r.env["NCCL_NET_PLUGIN"] for r in ranks})
+    loader = asked[0][1].split(": ", 1)[1]
+    names = sorted({r.env.get("NCCL_NET_PLUGIN") or loader for r in ranks})
     evidence = [f"NCCL_NET_PLUGIN={', '.join(names)}: {labels(ranks)}",
-                f"the loader: {asked[0][1].split(': ', 1)[1]}"]
+                f"the loader: {loader}"]
     if used:
         evidence.append(f"then used network {', '.join(used)}")
     return [finding(
@@ -150,7 +165,7 @@ def plugin_load_checks(log: NcclLog) -> list[Finding]:
     failed = [(r, r.facts["net plugin"]) for r in log.ranks
               if r.facts.get("net plugin", "").startswith(("not loaded: ", "rejected: "))]
     asked = [(r, value) for r, value in failed
-             if _absent(value.split(": ", 1)[1]) and _requested(r)]
+             if _absent(value.split(": ", 1)[1]) and _requested(r, value.split(": ", 1)[1])]
     failed = [(r, value) for r, value in failed if not _absent(value.split(": ", 1)[1])]
     if not failed:
         return _not_found(log, asked)
