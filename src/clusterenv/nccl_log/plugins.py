@@ -125,7 +125,7 @@ def _requested(rank: RankInfo, error: str) -> bool:
     if value:
         return value.lower() != "none"
     if error.startswith("Could not find:"):  # 2.22+: every name tried, then a fallback
-        tried = error.split(":", 1)[1].split(". ")[0].split()
+        tried = error.split(":", 1)[1].split(". ", 1)[0].split()
     elif error.startswith("No plugin found"):  # older: "No plugin found (%s), using internal"
         tried = re.findall(r"\(([^()]{1,200})\)", error)[:1]
     else:
