@@ -1150,3 +1150,20 @@ def test_a_plugin_asked_for_is_known_by_its_name_where_the_setting_is_not_printe
                   f"or directory No plugin found ({library}), using internal implementation"),
              info("NET/Socket : Using [0]eth0:10.0.0.1<0>"), info("Using network Socket")]
     assert ("log-plugin-load" in codes(findings_of(lines))) == reported
+
+
+def test_nccls_own_hint_after_a_queue_pair_failure_is_quoted_in_its_finding() -> None:
+    # src/misc/ibvwrap.cc (v2.30.7-1): :376 "Call to ibv_modify_qp failed with %d %s, %s" (the
+    # %s from :330 "on dev %s:%d, curr state %s, next state %s, local GID index %d, local GID
+    # %s, remote GID %s"), then :377 printIbModifyQpHint(ETIMEDOUT): :339 the hint
+    lines = [info("NCCL version 2.30.7+cuda13.0"),
+             info("NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>"),
+             warn("Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, "
+                  "curr state INIT, next state RTR, local GID index 3, local GID "
+                  "::ffff:10.0.0.1, remote GID ::ffff:10.0.1.2", "misc/ibvwrap.cc:376"),
+             info("HINT: In many cases this error occurs when NICs are not cross-rail "
+                  "connected."),
+             info("transport/net_ib/connect.cc:900 -> 2")]
+    qp = only(findings_of(lines), "log-ib-qp-failure")
+    assert qp.fix.endswith("NCCL's own hint: In many cases this error occurs when NICs are not "
+                           "cross-rail connected.")

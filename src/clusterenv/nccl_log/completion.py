@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clusterenv.findings import Code, Finding
+from clusterenv.nccl_log.interfaces import nccl_hint
 from clusterenv.nccl_log.model import LogMessage, NcclLog
 
 __all__ = [
@@ -251,14 +252,6 @@ def _async_events(log: NcclLog, before: int) -> list[LogMessage]:
                   key=lambda m: m.first_line)
 
 
-def _hint(log: NcclLog, after: int) -> LogMessage | None:
-    """The first hint NCCL printed after a completion error at line ``after`` (2.30.7's
-    printIbWcStatusHint, src/transport/net_ib/common.h: ``HINT: In many cases this error
-    occurs when ...``; its cases fall through, so the first hint is the status's own)."""
-    hints = [m for m in log.notices if m.text.startswith("HINT:") and m.first_line > after]
-    return min(hints, key=lambda m: m.first_line) if hints else None
-
-
 def _event(text: str) -> str:
     match = _ASYNC.search(text)
     return match.group(1).strip() if match else text
@@ -324,7 +317,7 @@ def completion_findings(log: NcclLog, *, consequences: bool | None = None) -> li
                    "went down or an HCA that failed makes every queue pair on it fail, so check "
                    "that port first (`ibstat`: State and Physical state, the cable, the switch "
                    f"port's log, `dmesg` for the HCA); then: {fix}")
-        hint = _hint(log, min(m.first_line for m, _ in entries))
+        hint = nccl_hint(log, min(m.first_line for m, _ in entries))
         if hint is not None:
             evidence.append(f"NCCL's own hint: line {hint.first_line}: {hint.text}")
             fix = f"{fix}; NCCL's own hint: {hint.text.removeprefix('HINT:').strip()}"

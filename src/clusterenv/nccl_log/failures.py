@@ -22,6 +22,7 @@ from clusterenv.nccl_log.interfaces import (
     finding,
     interface_concern,
     labels,
+    nccl_hint,
     network_unused,
     quote,
 )
@@ -256,12 +257,17 @@ def qp_checks(log: NcclLog) -> list[Finding]:
                                     "this is"))
     ib = "on InfiniBand check that the ports are ACTIVE (`ibstat`) and the subnet manager runs"
     advice = roce if layers == {"RoCE"} else ib if layers == {"IB"} else f"{roce}; {ib}"
+    advice += ("; also check that the ports are on the same fabric and have the same MTU on "
+               "every node")
+    hint = nccl_hint(log, min(m.first_line for m in qp))
+    if hint is not None:
+        evidence.append(f"NCCL's own hint: line {hint.first_line}: {hint.text}")
+        advice += f"; NCCL's own hint: {hint.text.removeprefix('HINT:').strip()}"
     return [finding(
         CODE_IB_QP_FAILURE, "error",
         "RDMA connection setup between ranks failed (ibv_modify_qp)",
         evidence,
-        advice + "; also check that the ports are on the same fabric and have the same MTU on "
-        "every node",
+        advice,
     )]
 
 

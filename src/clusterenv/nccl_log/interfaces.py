@@ -23,6 +23,7 @@ __all__ = [
     "interface_checks",
     "interface_concern",
     "labels",
+    "nccl_hint",
     "network_unused",
     "quote",
     "shared_address_checks",
@@ -54,6 +55,15 @@ def labels(ranks: Sequence[RankInfo]) -> str:
     """``"rank 0 (node1 pid 42), rank 1 (...) and 3 more"``."""
     shown = ", ".join(r.label for r in ranks[:4])
     return shown + (f" and {len(ranks) - 4} more" if len(ranks) > 4 else "")
+
+
+def nccl_hint(log: NcclLog, after: int) -> LogMessage | None:
+    """The first hint NCCL printed after a failure at line ``after``: 2.30.7's
+    printIbWcStatusHint (src/transport/net_ib/common.h, after a completion error) and
+    printIbModifyQpHint (src/misc/ibvwrap.cc, after ibv_modify_qp failed) print ``HINT: In many
+    cases this error occurs when ...``, the failure's own hint first."""
+    hints = [m for m in log.notices if m.text.startswith("HINT:") and m.first_line > after]
+    return min(hints, key=lambda m: m.first_line) if hints else None
 
 
 def network_unused(log: NcclLog) -> bool:
