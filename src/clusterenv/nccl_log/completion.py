@@ -317,7 +317,7 @@ def completion_findings(log: NcclLog, *, consequences: bool | None = None) -> li
                    "went down or an HCA that failed makes every queue pair on it fail, so check "
                    "that port first (`ibstat`: State and Physical state, the cable, the switch "
                    f"port's log, `dmesg` for the HCA); then: {fix}")
-        hint = nccl_hint(log, min(m.first_line for m, _ in entries))
+        hint = nccl_hint(log, [m for m, _ in entries])
         if hint is not None:
             evidence.append(f"NCCL's own hint: line {hint.first_line}: {hint.text}")
             fix = f"{fix}; NCCL's own hint: {hint.text.removeprefix('HINT:').strip()}"

@@ -259,7 +259,7 @@ def qp_checks(log: NcclLog) -> list[Finding]:
     advice = roce if layers == {"RoCE"} else ib if layers == {"IB"} else f"{roce}; {ib}"
     advice += ("; also check that the ports are on the same fabric and have the same MTU on "
                "every node")
-    hint = nccl_hint(log, min(m.first_line for m in qp))
+    hint = nccl_hint(log, qp)
     if hint is not None:
         evidence.append(f"NCCL's own hint: line {hint.first_line}: {hint.text}")
         advice += f"; NCCL's own hint: {hint.text.removeprefix('HINT:').strip()}"

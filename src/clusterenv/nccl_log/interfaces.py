@@ -57,13 +57,29 @@ def labels(ranks: Sequence[RankInfo]) -> str:
     return shown + (f" and {len(ranks) - 4} more" if len(ranks) > 4 else "")
 
 
-def nccl_hint(log: NcclLog, after: int) -> LogMessage | None:
-    """The first hint NCCL printed after a failure at line ``after``: 2.30.7's
-    printIbWcStatusHint (src/transport/net_ib/common.h, after a completion error) and
-    printIbModifyQpHint (src/misc/ibvwrap.cc, after ibv_modify_qp failed) print ``HINT: In many
-    cases this error occurs when ...``, the failure's own hint first."""
-    hints = [m for m in log.notices if m.text.startswith("HINT:") and m.first_line > after]
-    return min(hints, key=lambda m: m.first_line) if hints else None
+def nccl_hint(log: NcclLog, failures: Sequence[LogMessage]) -> LogMessage | None:
+    """The first hint NCCL printed after the first of ``failures``, by a process that printed
+    one of them: 2.30.7's printIbWcStatusHint (src/transport/net_ib/common.h, after a completion
+    error) and printIbModifyQpHint (src/misc/ibvwrap.cc, after ibv_modify_qp failed) print
+    ``HINT: In many cases this error occurs when ...``, the failure's own hint first; a hint
+    after another warning of those processes is that warning's."""
+    if not failures:
+        return None
+    after = min(m.first_line for m in failures)
+    processes = {p for m in failures for p in m.processes}
+    def mine(message: LogMessage) -> bool:
+        return not processes or not message.processes or bool(
+            processes.intersection(message.processes))
+
+    hints = [m for m in log.notices if m.text.startswith("HINT:") and m.first_line > after
+             and mine(m)]
+    if not hints:
+        return None
+    hint = min(hints, key=lambda m: m.first_line)
+    # the failure's own: no other warning of those processes between them
+    between = [m for m in log.warnings if after < m.first_line < hint.first_line and mine(m)
+               and m not in failures]
+    return None if between else hint
 
 
 def network_unused(log: NcclLog) -> bool:
