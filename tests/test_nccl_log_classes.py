@@ -1156,28 +1156,18 @@ def test_nccls_own_hint_after_a_queue_pair_failure_is_quoted_in_its_finding() ->
     # src/misc/ibvwrap.cc (v2.30.7-1): :376 "Call to ibv_modify_qp failed with %d %s, %s" (the
     # %s from :330 "on dev %s:%d, curr state %s, next state %s, local GID index %d, local GID
     # %s, remote GID %s"), then :377 printIbModifyQpHint(ETIMEDOUT): :339 the hint
+    hint = info("HINT: In many cases this error occurs when NICs are not cross-rail connected.")
     lines = [info("NCCL version 2.30.7+cuda13.0"),
              info("NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>"),
              warn("Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, "
                   "curr state INIT, next state RTR, local GID index 3, local GID "
-                  "::ffff:10.0.0.1, remote GID ::ffff:10.0.1.2", "misc/ibvwrap.cc:376"),
-             info("HINT: In many cases this error occurs when NICs are not cross-rail "
-                  "connected."),
-             info("transport/net_ib/connect.cc:900 -> 2")]
-    qp = only(findings_of(lines), "log-ib-qp-failure")
+                  "::ffff:10.0.0.1, remote GID ::ffff:10.0.1.2", "misc/ibvwrap.cc:376")]
+    qp = only(findings_of([*lines, hint, info("transport/net_ib/connect.cc:900 -> 2")]),
+              "log-ib-qp-failure")
     assert qp.fix.endswith("NCCL's own hint: In many cases this error occurs when NICs are not "
                            "cross-rail connected.")
-
-
-def test_a_hint_after_another_warning_of_the_process_is_not_the_failures() -> None:
-    # as above (src/misc/ibvwrap.cc:376, v2.30.7-1), with another WARN of that process between
-    # the failure and the hint: the hint belongs to what came last
-    lines = [info("NCCL version 2.30.7+cuda13.0"),
-             info("NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>"),
-             warn("Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, "
-                  "curr state INIT, next state RTR, local GID index 3, local GID "
-                  "::ffff:10.0.0.1, remote GID ::ffff:10.0.1.2", "misc/ibvwrap.cc:376"),
-             warn("NET/IB : mlx5_0:1 Got async event : port error", "transport/net_ib.cc:103"),
-             info("HINT: In many cases this error occurs when NICs are not cross-rail "
-                  "connected.")]
-    assert "NCCL's own hint" not in only(findings_of(lines), "log-ib-qp-failure").fix
+    # another WARN of that process between the failure and the hint: the hint belongs to what
+    # came last
+    between = [*lines, warn("NET/IB : mlx5_0:1 Got async event : port error",
+                            "transport/net_ib.cc:103"), hint]
+    assert "NCCL's own hint" not in only(findings_of(between), "log-ib-qp-failure").fix
